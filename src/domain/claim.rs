@@ -1,0 +1,243 @@
+//! Claim bounds and the claim a worker holds while it settles a receipt.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use utoipa::ToSchema;
+
+/// Maximum UTF-8 byte length of a settlement worker identifier.
+pub const MAX_SETTLEMENT_WORKER_ID_BYTES: usize = 128;
+
+/// Maximum settlement claim lease duration in milliseconds.
+pub const MAX_SETTLEMENT_LEASE_MS: u64 = 86_400_000;
+
+/// Maximum number of rows returned by one settlement claim.
+pub const MAX_SETTLEMENT_CLAIM_BATCH: usize = 1024;
+
+/// Invalid settlement claim parameters.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum SettlementClaimValidationError {
+    /// Worker identifier is empty or exceeds its UTF-8 byte bound.
+    #[error("worker_id must be 1..=128 UTF-8 bytes")]
+    WorkerIdLength,
+    /// Lease duration is zero or exceeds the one-day bound.
+    #[error("lease duration must be 1..=86400000 ms")]
+    LeaseDuration,
+    /// Claim batch is zero or exceeds the row-count bound.
+    #[error("claim limit must be 1..=1024")]
+    ClaimBatch,
+}
+
+impl SettlementClaimValidationError {
+    /// Stable machine code used in HTTP problem bodies.
+    #[must_use]
+    pub const fn code(self) -> &'static str {
+        match self {
+            Self::WorkerIdLength => "worker_id_length",
+            Self::LeaseDuration => "lease_duration",
+            Self::ClaimBatch => "claim_batch",
+        }
+    }
+}
+
+/// Validate parameters shared by settlement claim operations.
+pub fn validate_settlement_claim(
+    worker_id: &str,
+    lease_ms: u64,
+    limit: usize,
+) -> Result<(), SettlementClaimValidationError> {
+    WorkerId::parse(worker_id)?;
+    LeaseMs::try_from(lease_ms)?;
+    ClaimLimit::try_from(limit)?;
+    Ok(())
+}
+
+/// A worker identifier of 1..=128 UTF-8 bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerId(String);
+
+impl WorkerId {
+    /// Check the byte bound (bytes, not characters: `é` counts twice).
+    pub fn parse(value: &str) -> Result<Self, SettlementClaimValidationError> {
+        if value.is_empty() || value.len() > MAX_SETTLEMENT_WORKER_ID_BYTES {
+            return Err(SettlementClaimValidationError::WorkerIdLength);
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    /// The identifier as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A lease (or lease extension) duration of 1..=86_400_000 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseMs(u64);
+
+impl TryFrom<u64> for LeaseMs {
+    type Error = SettlementClaimValidationError;
+    fn try_from(value: u64) -> Result<Self, Self::Error> {
+        if value == 0 || value > MAX_SETTLEMENT_LEASE_MS {
+            return Err(SettlementClaimValidationError::LeaseDuration);
+        }
+        Ok(Self(value))
+    }
+}
+
+impl LeaseMs {
+    /// Milliseconds.
+    #[must_use]
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A claim batch size of 1..=1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimLimit(usize);
+
+impl TryFrom<usize> for ClaimLimit {
+    type Error = SettlementClaimValidationError;
+    fn try_from(value: usize) -> Result<Self, Self::Error> {
+        if value == 0 || value > MAX_SETTLEMENT_CLAIM_BATCH {
+            return Err(SettlementClaimValidationError::ClaimBatch);
+        }
+        Ok(Self(value))
+    }
+}
+
+impl ClaimLimit {
+    /// Row count.
+    #[must_use]
+    pub const fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// Persisted row and lease state required to commit a settlement transition.
+///
+/// Over HTTP this is the `Claim` object; `observation` is carried along for the
+/// worker but is not part of the compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Claim)]
+pub struct SettlementAttemptClaim {
+    /// Receipt bound to the claimed row.
+    pub receipt_id: String,
+    /// Receipt finalization timestamp persisted with the row (Unix seconds).
+    pub finalized_at: u64,
+    /// Completed invocations persisted before this claim.
+    pub attempts: u32,
+    /// Version incremented when the claim was acquired.
+    pub row_version: u64,
+    /// Worker that owns the lease.
+    pub lease_owner: String,
+    /// Unpredictable token required by the outcome compare-and-swap.
+    pub lease_token: String,
+    /// Exclusive lease deadline in server milliseconds.
+    pub lease_until_ms: u64,
+    /// The producer's observation (a JSON object), or null.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub observation: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempt_claim_carries_the_persisted_cas_state() {
+        let claim = SettlementAttemptClaim {
+            receipt_id: "receipt-1".to_string(),
+            finalized_at: 41,
+            attempts: 2,
+            row_version: 3,
+            lease_owner: "worker-1".to_string(),
+            lease_token: "token-1".to_string(),
+            lease_until_ms: 50,
+            observation: None,
+        };
+        let round: SettlementAttemptClaim =
+            serde_json::from_value(serde_json::to_value(&claim).unwrap()).unwrap();
+        assert_eq!(round, claim);
+        assert_eq!(claim.finalized_at, 41);
+        assert_eq!(claim.attempts, 2);
+        assert_eq!(claim.lease_owner, "worker-1");
+    }
+
+    #[test]
+    fn claim_parameters_are_bounded() {
+        assert!(validate_settlement_claim("worker", 1, 1).is_ok());
+        assert!(
+            validate_settlement_claim(
+                &"w".repeat(MAX_SETTLEMENT_WORKER_ID_BYTES),
+                MAX_SETTLEMENT_LEASE_MS,
+                MAX_SETTLEMENT_CLAIM_BATCH,
+            )
+            .is_ok()
+        );
+        assert!(validate_settlement_claim(&"\u{e9}".repeat(64), 1, 1).is_ok());
+
+        let invalid = [
+            (
+                validate_settlement_claim("", 1, 1),
+                SettlementClaimValidationError::WorkerIdLength,
+            ),
+            (
+                validate_settlement_claim(&"w".repeat(MAX_SETTLEMENT_WORKER_ID_BYTES + 1), 1, 1),
+                SettlementClaimValidationError::WorkerIdLength,
+            ),
+            (
+                validate_settlement_claim(&"\u{e9}".repeat(65), 1, 1),
+                SettlementClaimValidationError::WorkerIdLength,
+            ),
+            (
+                validate_settlement_claim("worker", 0, 1),
+                SettlementClaimValidationError::LeaseDuration,
+            ),
+            (
+                validate_settlement_claim("worker", MAX_SETTLEMENT_LEASE_MS + 1, 1),
+                SettlementClaimValidationError::LeaseDuration,
+            ),
+            (
+                validate_settlement_claim("worker", 1, 0),
+                SettlementClaimValidationError::ClaimBatch,
+            ),
+            (
+                validate_settlement_claim("worker", 1, MAX_SETTLEMENT_CLAIM_BATCH + 1),
+                SettlementClaimValidationError::ClaimBatch,
+            ),
+        ];
+
+        for (result, expected) in invalid {
+            assert_eq!(result, Err(expected));
+        }
+    }
+
+    #[test]
+    fn validation_checks_worker_then_lease_then_limit() {
+        assert_eq!(
+            validate_settlement_claim("", 0, 0),
+            Err(SettlementClaimValidationError::WorkerIdLength)
+        );
+        assert_eq!(
+            validate_settlement_claim("w", 0, 0),
+            Err(SettlementClaimValidationError::LeaseDuration)
+        );
+    }
+
+    #[test]
+    fn validation_codes_are_the_documented_labels() {
+        assert_eq!(
+            SettlementClaimValidationError::WorkerIdLength.code(),
+            "worker_id_length"
+        );
+        assert_eq!(
+            SettlementClaimValidationError::LeaseDuration.code(),
+            "lease_duration"
+        );
+        assert_eq!(SettlementClaimValidationError::ClaimBatch.code(), "claim_batch");
+    }
+}

@@ -1,0 +1,13 @@
+//! The settlement domain: bounds, claims, outcomes, routes, and the retry policy.
+
+mod claim;
+mod policy;
+mod reasons;
+mod route;
+mod text;
+
+pub use claim::*;
+pub use policy::*;
+pub use reasons::*;
+pub use route::*;
+pub use text::*;

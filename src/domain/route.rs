@@ -1,0 +1,224 @@
+//! What a worker reports, what the store did with it, and how it can fail.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use utoipa::ToSchema;
+
+use super::reasons::{SettlementFailureCode, SettlementSkipReason};
+use super::text::TranscriptId;
+
+/// A failure as the store keeps it: the code and the SHA-256 of the detail text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettlementFailureReason {
+    /// The failure code.
+    pub code: SettlementFailureCode,
+    /// Lower-case hex SHA-256 of the worker's detail text (the text itself is never stored).
+    pub detail_sha256: String,
+}
+
+impl SettlementFailureReason {
+    /// Digest the free-text detail; only the digest leaves this function.
+    #[must_use]
+    pub fn new(code: SettlementFailureCode, detail: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        Self {
+            code,
+            detail_sha256: hex::encode(Sha256::digest(detail.as_bytes())),
+        }
+    }
+}
+
+/// Normalized outcome accepted by durable settlement routing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettlementRoutingInput {
+    /// The rail durably accepted the settlement.
+    Accepted { transcript_id: TranscriptId },
+    /// The observation legitimately requires no settlement work.
+    Skipped { reason: SettlementSkipReason },
+    /// The observation may succeed when replayed.
+    Retryable { reason: SettlementFailureReason },
+    /// The observation must terminate without replay.
+    Permanent { reason: SettlementFailureReason },
+}
+
+impl SettlementRoutingInput {
+    /// The outcome kind label used in history entries.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Accepted { .. } => "accepted",
+            Self::Skipped { .. } => "skipped",
+            Self::Retryable { .. } => "retryable",
+            Self::Permanent { .. } => "permanent",
+        }
+    }
+
+    /// The failure carried by a retryable or permanent outcome.
+    #[must_use]
+    pub const fn failure(&self) -> Option<&SettlementFailureReason> {
+        match self {
+            Self::Retryable { reason } | Self::Permanent { reason } => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// Result of atomically recording a claimed settlement outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[schema(as = Route)]
+pub enum SettlementRoute {
+    /// The claimed row was removed without further work.
+    NoAction,
+    /// The claimed row was rescheduled for retry.
+    RetryScheduled {
+        /// Persisted attempt number for the next invocation.
+        attempt: u32,
+        /// Earliest visibility time in milliseconds.
+        next_visible_at_ms: u64,
+    },
+    /// The failure was committed as terminal.
+    DeadLettered {
+        /// Total invocations represented by the dead letter.
+        attempts: u32,
+    },
+}
+
+impl SettlementRoute {
+    /// The route kind label used in history entries.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::NoAction => "no_action",
+            Self::RetryScheduled { .. } => "retry_scheduled",
+            Self::DeadLettered { .. } => "dead_lettered",
+        }
+    }
+}
+
+/// Bounded class for settlement routing failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettlementRouteErrorClass {
+    /// Persistence backend failure.
+    Backend,
+    /// Lease, version, or terminal-state conflict.
+    Conflict,
+    /// Invalid or overflowing durable data.
+    InvalidRecord,
+}
+
+/// Failure returned by the durable settlement store.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SettlementRouteError {
+    #[error("settlement routing backend failure: {detail}")]
+    Backend { detail: String },
+    #[error("settlement routing conflict: {detail}")]
+    Conflict { detail: String },
+    #[error("invalid settlement routing record: {detail}")]
+    InvalidRecord { detail: String },
+}
+
+impl SettlementRouteError {
+    /// Return the stable class suitable for bounded telemetry.
+    #[must_use]
+    pub const fn class(&self) -> SettlementRouteErrorClass {
+        match self {
+            Self::Backend { .. } => SettlementRouteErrorClass::Backend,
+            Self::Conflict { .. } => SettlementRouteErrorClass::Conflict,
+            Self::InvalidRecord { .. } => SettlementRouteErrorClass::InvalidRecord,
+        }
+    }
+
+    /// A conflict with a message a client may read.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::Conflict { detail: detail.into() }
+    }
+
+    /// An overflow or corrupt row.
+    pub fn invalid_record(detail: impl Into<String>) -> Self {
+        Self::InvalidRecord { detail: detail.into() }
+    }
+
+    /// A database failure; the detail goes to the log only.
+    pub fn backend(detail: impl Into<String>) -> Self {
+        Self::Backend { detail: detail.into() }
+    }
+}
+
+/// Opaque identity of one durable writer (one database).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SettlementStoreBinding([u8; 32]);
+
+impl SettlementStoreBinding {
+    /// Construct a binding from a backend-generated digest.
+    #[must_use]
+    pub const fn from_digest(digest: [u8; 32]) -> Self {
+        Self(digest)
+    }
+
+    /// Return the backend-generated digest.
+    #[must_use]
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Lower-case hex, 64 characters.
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_store_error_classes_are_bounded() {
+        let cases = [
+            (SettlementRouteError::backend("db unavailable"), SettlementRouteErrorClass::Backend),
+            (SettlementRouteError::conflict("stale lease"), SettlementRouteErrorClass::Conflict),
+            (
+                SettlementRouteError::invalid_record("negative counter"),
+                SettlementRouteErrorClass::InvalidRecord,
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(error.class(), expected);
+        }
+    }
+
+    #[test]
+    fn routes_serialize_as_the_documented_objects() {
+        let cases = [
+            (SettlementRoute::NoAction, serde_json::json!({"kind": "no_action"})),
+            (
+                SettlementRoute::RetryScheduled { attempt: 1, next_visible_at_ms: 350 },
+                serde_json::json!({"kind": "retry_scheduled", "attempt": 1, "next_visible_at_ms": 350}),
+            ),
+            (
+                SettlementRoute::DeadLettered { attempts: 6 },
+                serde_json::json!({"kind": "dead_lettered", "attempts": 6}),
+            ),
+        ];
+        for (route, json) in cases {
+            assert_eq!(serde_json::to_value(route).unwrap(), json);
+        }
+    }
+
+    #[test]
+    fn failure_detail_is_kept_only_as_its_sha256() {
+        let reason = SettlementFailureReason::new(SettlementFailureCode::Rpc, "abc");
+        assert_eq!(
+            reason.detail_sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn binding_hex_is_64_lower_case_characters() {
+        let b = SettlementStoreBinding::from_digest([0xAB; 32]);
+        assert_eq!(b.to_hex(), "ab".repeat(32));
+        assert_eq!(b.as_bytes(), &[0xAB; 32]);
+    }
+}

@@ -1,0 +1,82 @@
+//! Bounded text fields: receipt ids and transcript ids.
+
+use thiserror::Error;
+
+/// Largest receipt id or transcript id, in UTF-8 bytes.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// Why an id was refused.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum IdError {
+    #[error("must be 1..=512 UTF-8 bytes")]
+    Length,
+    #[error("must not contain control characters")]
+    ControlCharacter,
+}
+
+fn check_id(value: &str) -> Result<(), IdError> {
+    if value.is_empty() || value.len() > MAX_ID_BYTES {
+        return Err(IdError::Length);
+    }
+    if value.chars().any(char::is_control) {
+        return Err(IdError::ControlCharacter);
+    }
+    Ok(())
+}
+
+macro_rules! bounded_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Check 1..=512 bytes and no control characters.
+            pub fn parse(value: &str) -> Result<Self, IdError> {
+                check_id(value)?;
+                Ok(Self(value.to_owned()))
+            }
+
+            /// The id as text.
+            #[must_use]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+bounded_id!(
+    /// A receipt id: 1..=512 UTF-8 bytes, no control characters.
+    ReceiptId
+);
+bounded_id!(
+    /// A rail transcript id: 1..=512 UTF-8 bytes, no control characters.
+    TranscriptId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_bounded_in_bytes_at_both_edges() {
+        assert_eq!(ReceiptId::parse(""), Err(IdError::Length));
+        assert!(ReceiptId::parse(&"r".repeat(512)).is_ok());
+        assert_eq!(ReceiptId::parse(&"r".repeat(513)), Err(IdError::Length));
+        // 256 two-byte characters are 512 bytes; one more is over.
+        assert!(ReceiptId::parse(&"\u{e9}".repeat(256)).is_ok());
+        assert_eq!(ReceiptId::parse(&"\u{e9}".repeat(257)), Err(IdError::Length));
+        assert!(TranscriptId::parse(&"\u{1F600}".repeat(128)).is_ok());
+        assert_eq!(TranscriptId::parse(&"\u{1F600}".repeat(129)), Err(IdError::Length));
+    }
+
+    #[test]
+    fn ids_refuse_control_characters() {
+        for bad in ["a\0b", "a\nb", "\u{7f}", "x\u{85}"] {
+            assert_eq!(ReceiptId::parse(bad), Err(IdError::ControlCharacter), "{bad:?}");
+            assert_eq!(TranscriptId::parse(bad), Err(IdError::ControlCharacter));
+        }
+        assert!(ReceiptId::parse("a/b %2F ../é").is_ok());
+    }
+}

@@ -1,0 +1,23 @@
+//! Database errors classified once, for every backend.
+
+use crate::domain::SettlementRouteError;
+
+impl From<sqlx::Error> for SettlementRouteError {
+    fn from(error: sqlx::Error) -> Self {
+        match &error {
+            // A CHECK or NOT NULL constraint refused a row: the data would be corrupt.
+            sqlx::Error::Database(db)
+                if matches!(
+                    db.kind(),
+                    sqlx::error::ErrorKind::CheckViolation | sqlx::error::ErrorKind::NotNullViolation
+                ) =>
+            {
+                SettlementRouteError::invalid_record(format!("constraint refused the row: {error}"))
+            }
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+                SettlementRouteError::invalid_record(format!("stored value does not decode: {error}"))
+            }
+            _ => SettlementRouteError::backend(error.to_string()),
+        }
+    }
+}

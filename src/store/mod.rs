@@ -1,0 +1,201 @@
+//! The store: one trait, one implementation per backend.
+
+mod connect;
+pub mod postgres;
+pub mod sqlite;
+mod error;
+mod rows;
+mod rules;
+mod views;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+pub use connect::open_store;
+pub use views::*;
+
+use crate::domain::{
+    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
+    SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding, WorkerId,
+};
+
+/// Shorthand for store results.
+pub type StoreResult<T> = Result<T, SettlementRouteError>;
+
+/// A receipt as a producer hands it over, already validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewReceipt {
+    pub receipt_id: ReceiptId,
+    /// Unix seconds, at most `i64::MAX`.
+    pub finalized_at: u64,
+    /// A JSON object, or `None` (same identity as an explicit null).
+    pub observation: Option<serde_json::Value>,
+    /// When it becomes due; `None` means now.
+    pub visible_at_ms: Option<u64>,
+}
+
+/// What enqueueing one receipt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// Stored for the first time.
+    Created,
+    /// An identical receipt was already known; nothing changed.
+    Existing,
+    /// The id is known with a different `finalized_at` or observation; nothing changed.
+    Conflict,
+}
+
+/// What claiming one receipt by id found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiptClaim {
+    /// Leased to the caller.
+    Claimed(SettlementAttemptClaim),
+    /// A live lease holds it.
+    Leased,
+    /// It is not visible yet (`next_visible_at_ms` in the future).
+    NotYetVisible,
+    /// Unknown, or finished (settled, skipped, dead-lettered).
+    NoActiveWork,
+}
+
+/// Position after which a dead-letter page starts: `(finalized_at, receipt_id)`.
+pub type DeadLetterCursor = (u64, String);
+
+/// Which backend a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+impl BackendKind {
+    /// `sqlite` or `postgres`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+/// Atomic leased store for settlement receipts and their outcomes.
+///
+/// Every method takes the server clock as an argument (`now_ms`), so that the
+/// store never reads a clock of its own and tests can drive time.
+#[async_trait]
+pub trait SettlementOutcomeStore: Send + Sync {
+    /// Identify the durable writer that owns this outcome store.
+    fn settlement_store_binding(&self) -> SettlementStoreBinding;
+
+    /// Which backend this is.
+    fn backend(&self) -> BackendKind;
+
+    /// Signalled after a commit that may have made work due (enqueue, release, redrive).
+    fn work_notifier(&self) -> Arc<Notify>;
+
+    /// Database reachable and migrated.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Store receipts, each judged on its own, in one durable transaction.
+    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>>;
+
+    /// Claim one receipt by id.
+    async fn claim_receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+    ) -> StoreResult<ReceiptClaim>;
+
+    /// Claim up to `limit` due receipts ordered by `(next_visible_at_ms, receipt_id)`;
+    /// all or nothing.
+    async fn claim_due(
+        &self,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+        limit: ClaimLimit,
+    ) -> StoreResult<Vec<SettlementAttemptClaim>>;
+
+    /// Atomically commit outcomes for exact, unexpired claims, each judged on
+    /// its own, in one durable transaction.
+    ///
+    /// `observed_at_ms` is both the lease-validity check time and the base for
+    /// any retry visibility deadline.
+    async fn record_claimed_outcomes(
+        &self,
+        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>>;
+
+    /// Move the lease deadline to `now + extend_ms`; same token and version.
+    async fn extend_lease(
+        &self,
+        claim: &SettlementAttemptClaim,
+        extend_ms: LeaseMs,
+        now_ms: u64,
+    ) -> StoreResult<SettlementAttemptClaim>;
+
+    /// Give the lease back: due again at once, attempts unchanged.
+    async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()>;
+
+    /// A receipt's state and history.
+    async fn receipt(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>>;
+
+    /// A page of dead letters ordered by `(finalized_at, receipt_id)`.
+    async fn dead_letters(
+        &self,
+        limit: usize,
+        after: Option<DeadLetterCursor>,
+    ) -> StoreResult<Vec<DeadLetter>>;
+
+    /// One dead letter.
+    async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>>;
+
+    /// Put a dead letter back to work with attempts 0; `None` when it is not dead-lettered.
+    async fn redrive(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>>;
+
+    /// Counts per state, the oldest due age, and up to `limit` receipts per state.
+    async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView>;
+}
+
+/// Convenience wrappers kept out of the trait so it stays small and object-safe.
+impl dyn SettlementOutcomeStore {
+    /// Commit one outcome (see [`SettlementOutcomeStore::record_claimed_outcomes`]).
+    pub async fn record_claimed_outcome(
+        &self,
+        claim: &SettlementAttemptClaim,
+        outcome: &SettlementRoutingInput,
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    ) -> StoreResult<SettlementRoute> {
+        let items = [(claim.clone(), outcome.clone())];
+        let mut results = self.record_claimed_outcomes(&items, policy, observed_at_ms).await?;
+        results.pop().unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+    }
+
+    /// Enqueue one receipt.
+    pub async fn enqueue_one(&self, receipt: &NewReceipt, now_ms: u64) -> StoreResult<Enqueued> {
+        let mut results = self.enqueue(std::slice::from_ref(receipt), now_ms).await?;
+        results.pop().ok_or_else(|| SettlementRouteError::backend("no result"))
+    }
+}
+
+/// A shared store handle, as the HTTP layer holds it.
+pub type SharedStore = Arc<dyn SettlementOutcomeStore>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_store_trait_is_object_safe() {
+        fn accepts_trait_object(_store: &dyn SettlementOutcomeStore) {}
+        let _ = accepts_trait_object;
+    }
+}

@@ -1,0 +1,199 @@
+//! Rows as both backends return them, and their checked conversion into
+//! domain values: a value that does not fit is a corrupt record.
+
+use sqlx::FromRow;
+
+use super::{DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptState, ReceiptView, StoreResult};
+use crate::domain::{
+    SettlementAttemptClaim, SettlementFailureCode, SettlementRouteError, SettlementSkipReason,
+};
+
+/// Every column of `receipts` that the store reads.
+#[derive(Debug, Clone, FromRow)]
+pub struct ReceiptRow {
+    pub receipt_id: String,
+    pub finalized_at: i64,
+    pub observation: Option<String>,
+    pub status: String,
+    pub attempts: i64,
+    pub row_version: i64,
+    pub next_visible_at_ms: Option<i64>,
+    pub lease_owner: Option<String>,
+    pub lease_token: Option<String>,
+    pub lease_until_ms: Option<i64>,
+    pub failure_code: Option<String>,
+    pub failure_sha256: Option<String>,
+    pub transcript_id: Option<String>,
+    pub skip_reason: Option<String>,
+    pub finished_at_ms: Option<i64>,
+}
+
+/// The column list matching [`ReceiptRow`], for `SELECT` and `RETURNING`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! receipt_columns {
+    () => {
+        "receipt_id, finalized_at, observation, status, attempts, row_version, \
+         next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, \
+         failure_sha256, transcript_id, skip_reason, finished_at_ms"
+    };
+}
+
+/// One `receipt_history` row.
+#[derive(Debug, Clone, FromRow)]
+pub struct HistoryRow {
+    pub attempt: i64,
+    pub outcome: String,
+    pub code: Option<String>,
+    pub detail_sha256: Option<String>,
+    pub transcript_id: Option<String>,
+    pub reason: Option<String>,
+    pub worker_id: String,
+    pub observed_at_ms: i64,
+    pub route: Option<String>,
+}
+
+fn corrupt(what: &str) -> SettlementRouteError {
+    SettlementRouteError::invalid_record(format!("stored {what} is out of range"))
+}
+
+/// A stored integer as `u64`.
+pub fn to_u64(value: i64, what: &str) -> StoreResult<u64> {
+    u64::try_from(value).map_err(|_| corrupt(what))
+}
+
+/// A stored integer as `u32`.
+pub fn to_u32(value: i64, what: &str) -> StoreResult<u32> {
+    u32::try_from(value).map_err(|_| corrupt(what))
+}
+
+/// A value bound for the database as `i64`; one that does not fit is refused.
+pub fn to_i64(value: u64, what: &str) -> StoreResult<i64> {
+    i64::try_from(value).map_err(|_| {
+        SettlementRouteError::invalid_record(format!("{what} does not fit a signed 64-bit integer"))
+    })
+}
+
+fn code(label: &str) -> StoreResult<SettlementFailureCode> {
+    SettlementFailureCode::from_label(label).ok_or_else(|| corrupt("failure code"))
+}
+
+fn reason(label: &str) -> StoreResult<SettlementSkipReason> {
+    SettlementSkipReason::from_label(label).ok_or_else(|| corrupt("skip reason"))
+}
+
+fn observation(text: Option<&str>) -> StoreResult<Option<serde_json::Value>> {
+    text.map(|t| serde_json::from_str(t).map_err(|_| corrupt("observation")))
+        .transpose()
+}
+
+impl ReceiptRow {
+    /// Whether a lease is live at `now_ms` (a lease expires *at* its deadline).
+    #[must_use]
+    pub fn lease_live(&self, now_ms: i64) -> bool {
+        self.lease_until_ms.is_some_and(|until| until > now_ms)
+    }
+
+    /// The state reported at `now_ms`.
+    pub fn state(&self, now_ms: i64) -> StoreResult<ReceiptState> {
+        Ok(match self.status.as_str() {
+            "active" if self.lease_live(now_ms) => ReceiptState::Leased,
+            "active" if self.attempts == 0 => ReceiptState::Pending,
+            "active" => ReceiptState::RetryScheduled,
+            "settled" => ReceiptState::Settled,
+            "skipped" => ReceiptState::Skipped,
+            "dead_lettered" => ReceiptState::DeadLettered,
+            _ => return Err(corrupt("status")),
+        })
+    }
+
+    /// The persisted claim, for rows that carry a lease.
+    pub fn claim(&self) -> StoreResult<SettlementAttemptClaim> {
+        let (Some(owner), Some(token), Some(until)) =
+            (&self.lease_owner, &self.lease_token, self.lease_until_ms)
+        else {
+            return Err(corrupt("lease"));
+        };
+        Ok(SettlementAttemptClaim {
+            receipt_id: self.receipt_id.clone(),
+            finalized_at: to_u64(self.finalized_at, "finalized_at")?,
+            attempts: to_u32(self.attempts, "attempts")?,
+            row_version: to_u64(self.row_version, "row_version")?,
+            lease_owner: owner.clone(),
+            lease_token: token.clone(),
+            lease_until_ms: to_u64(until, "lease_until_ms")?,
+            observation: observation(self.observation.as_deref())?,
+        })
+    }
+
+    /// The dead letter, for dead-lettered rows.
+    pub fn dead_letter(&self) -> StoreResult<Option<DeadLetter>> {
+        if self.status != "dead_lettered" {
+            return Ok(None);
+        }
+        let (Some(c), Some(sha), Some(at)) =
+            (&self.failure_code, &self.failure_sha256, self.finished_at_ms)
+        else {
+            return Err(corrupt("dead letter"));
+        };
+        Ok(Some(DeadLetter {
+            receipt_id: self.receipt_id.clone(),
+            finalized_at: to_u64(self.finalized_at, "finalized_at")?,
+            attempts: to_u32(self.attempts, "attempts")?,
+            code: code(c)?,
+            detail_sha256: sha.clone(),
+            dead_lettered_at_ms: to_u64(at, "dead_lettered_at_ms")?,
+        }))
+    }
+
+    /// The full view at `now_ms`, with `history` oldest first.
+    pub fn view(&self, now_ms: i64, history: Vec<HistoryRow>) -> StoreResult<ReceiptView> {
+        let state = self.state(now_ms)?;
+        let lease = match (&self.lease_owner, self.lease_until_ms) {
+            (Some(owner), Some(until)) if state == ReceiptState::Leased => Some(LeaseView {
+                owner: owner.clone(),
+                until_ms: to_u64(until, "lease_until_ms")?,
+            }),
+            _ => None,
+        };
+        let last_failure = match (&self.failure_code, &self.failure_sha256) {
+            (Some(c), Some(sha)) => Some(FailureView { code: code(c)?, detail_sha256: sha.clone() }),
+            _ => None,
+        };
+        Ok(ReceiptView {
+            receipt_id: self.receipt_id.clone(),
+            finalized_at: to_u64(self.finalized_at, "finalized_at")?,
+            state,
+            attempts: to_u32(self.attempts, "attempts")?,
+            row_version: to_u64(self.row_version, "row_version")?,
+            next_visible_at_ms: self
+                .next_visible_at_ms
+                .map(|v| to_u64(v, "next_visible_at_ms"))
+                .transpose()?,
+            lease,
+            last_failure,
+            transcript_id: self.transcript_id.clone(),
+            skip_reason: self.skip_reason.as_deref().map(reason).transpose()?,
+            dead_letter: self.dead_letter()?,
+            observation: observation(self.observation.as_deref())?,
+            history: history.into_iter().map(HistoryRow::entry).collect::<StoreResult<_>>()?,
+        })
+    }
+}
+
+impl HistoryRow {
+    /// The audit entry.
+    pub fn entry(self) -> StoreResult<HistoryEntry> {
+        Ok(HistoryEntry {
+            attempt: to_u32(self.attempt, "history attempt")?,
+            outcome: self.outcome,
+            code: self.code.as_deref().map(code).transpose()?,
+            detail_sha256: self.detail_sha256,
+            transcript_id: self.transcript_id,
+            reason: self.reason.as_deref().map(reason).transpose()?,
+            worker_id: self.worker_id,
+            observed_at_ms: to_u64(self.observed_at_ms, "history observed_at_ms")?,
+            route: self.route,
+        })
+    }
+}

@@ -1,0 +1,294 @@
+//! The routing rules of SEMANTICS.md, shared by every backend. A backend
+//! asks for a [`Plan`], applies it with one guarded write that repeats the
+//! whole claim compare-and-swap, and falls back to [`explain_miss`] when the
+//! guard matched no row.
+
+use super::rows::{ReceiptRow, to_i64, to_u32, to_u64};
+use super::{
+    DeadLetter, Enqueued, NewReceipt, ReceiptState, ReceiptSummary, StateCounts, StateSample,
+    StatusView, StoreResult,
+};
+use crate::domain::{
+    FailureClass, RetryPolicy, SettlementAttemptClaim, SettlementFailureReason, SettlementRoute,
+    SettlementRouteError, SettlementRoutingInput,
+};
+
+/// The six claim fields of the compare-and-swap, as database integers.
+#[derive(Debug, Clone)]
+pub struct Cas<'a> {
+    pub receipt_id: &'a str,
+    pub finalized_at: i64,
+    pub attempts: i64,
+    pub row_version: i64,
+    pub lease_owner: &'a str,
+    pub lease_token: &'a str,
+    pub lease_until_ms: i64,
+}
+
+impl<'a> Cas<'a> {
+    /// Convert a claim; a value that does not fit the database is an invalid record.
+    pub fn of(claim: &'a SettlementAttemptClaim) -> StoreResult<Self> {
+        Ok(Self {
+            receipt_id: &claim.receipt_id,
+            finalized_at: to_i64(claim.finalized_at, "finalized_at")?,
+            attempts: i64::from(claim.attempts),
+            row_version: to_i64(claim.row_version, "row_version")?,
+            lease_owner: &claim.lease_owner,
+            lease_token: &claim.lease_token,
+            lease_until_ms: to_i64(claim.lease_until_ms, "lease_until_ms")?,
+        })
+    }
+}
+
+/// The row change an outcome asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Settle { transcript_id: String },
+    Skip { reason: &'static str },
+    Retry { attempts: i64, next_visible_at_ms: i64, code: &'static str, sha256: String },
+    DeadLetter { attempts: i64, code: &'static str, sha256: String },
+}
+
+/// A history entry to append with the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewHistory {
+    pub attempt: i64,
+    pub outcome: &'static str,
+    pub code: Option<&'static str>,
+    pub detail_sha256: Option<String>,
+    pub transcript_id: Option<String>,
+    pub reason: Option<&'static str>,
+    pub worker_id: String,
+    pub observed_at_ms: i64,
+    pub route: Option<&'static str>,
+}
+
+/// What recording one outcome will do if the guard matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub change: Change,
+    pub route: SettlementRoute,
+    pub history: NewHistory,
+    /// `observed_at_ms` as a database integer.
+    pub observed_at_ms: i64,
+    /// Whether the lease was still live when the outcome was observed.
+    pub lease_live: bool,
+}
+
+fn overflow(what: &str) -> SettlementRouteError {
+    SettlementRouteError::invalid_record(format!("{what} overflows"))
+}
+
+/// Decide the route from the claim alone; the guarded write then proves the
+/// claim matches the persisted row, so its `attempts` are the persisted ones.
+pub fn plan_outcome(
+    claim: &SettlementAttemptClaim,
+    input: &SettlementRoutingInput,
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> StoreResult<Plan> {
+    policy
+        .validate()
+        .map_err(|e| SettlementRouteError::invalid_record(format!("retry policy: {e}")))?;
+    let observed = to_i64(observed_at_ms, "observed_at_ms")?;
+    Cas::of(claim)?;
+    let invocation = claim.attempts.checked_add(1).ok_or_else(|| overflow("attempts"))?;
+    let (change, route) = match input {
+        SettlementRoutingInput::Accepted { transcript_id } => (
+            Change::Settle { transcript_id: transcript_id.as_str().to_owned() },
+            SettlementRoute::NoAction,
+        ),
+        SettlementRoutingInput::Skipped { reason } => {
+            (Change::Skip { reason: reason.as_str() }, SettlementRoute::NoAction)
+        }
+        SettlementRoutingInput::Retryable { reason }
+            if reason.code.effective_class(FailureClass::Retryable) == FailureClass::Retryable
+                && policy.allows_retry(claim.attempts) =>
+        {
+            let next = observed_at_ms
+                .checked_add(policy.backoff_ms(claim.attempts))
+                .ok_or_else(|| overflow("next_visible_at_ms"))?;
+            let change = Change::Retry {
+                attempts: i64::from(invocation),
+                next_visible_at_ms: to_i64(next, "next_visible_at_ms")?,
+                code: reason.code.as_str(),
+                sha256: reason.detail_sha256.clone(),
+            };
+            (change, SettlementRoute::RetryScheduled { attempt: invocation, next_visible_at_ms: next })
+        }
+        SettlementRoutingInput::Retryable { reason } | SettlementRoutingInput::Permanent { reason } => (
+            Change::DeadLetter {
+                attempts: i64::from(invocation),
+                code: reason.code.as_str(),
+                sha256: reason.detail_sha256.clone(),
+            },
+            SettlementRoute::DeadLettered { attempts: invocation },
+        ),
+    };
+    let failure = input.failure();
+    let history = NewHistory {
+        attempt: i64::from(invocation),
+        outcome: input.kind(),
+        code: failure.map(|f| f.code.as_str()),
+        detail_sha256: failure.map(|f| f.detail_sha256.clone()),
+        transcript_id: match input {
+            SettlementRoutingInput::Accepted { transcript_id } => Some(transcript_id.as_str().to_owned()),
+            _ => None,
+        },
+        reason: match input {
+            SettlementRoutingInput::Skipped { reason } => Some(reason.as_str()),
+            _ => None,
+        },
+        worker_id: claim.lease_owner.clone(),
+        observed_at_ms: observed,
+        route: Some(route.kind()),
+    };
+    Ok(Plan { change, route, history, observed_at_ms: observed, lease_live: claim.lease_until_ms > observed_at_ms })
+}
+
+/// The guarded write matched nothing: either this is an identical replay of a
+/// dead-letter decision (answered as before, nothing changes), or a conflict.
+pub fn explain_miss(
+    row: Option<&ReceiptRow>,
+    claim: &SettlementAttemptClaim,
+    replay: Option<&SettlementRoutingInput>,
+    observed_at_ms: u64,
+) -> StoreResult<SettlementRoute> {
+    let Some(row) = row else {
+        return Err(SettlementRouteError::conflict("receipt is unknown"));
+    };
+    match row.status.as_str() {
+        "dead_lettered" => {
+            let letter = row.dead_letter()?.ok_or_else(|| SettlementRouteError::invalid_record("dead letter"))?;
+            let same = replay.and_then(SettlementRoutingInput::failure).is_some_and(|f: &SettlementFailureReason| {
+                f.code == letter.code && f.detail_sha256 == letter.detail_sha256
+            }) && claim.finalized_at == letter.finalized_at
+                && claim.attempts.checked_add(1) == Some(letter.attempts);
+            if same {
+                Ok(SettlementRoute::DeadLettered { attempts: letter.attempts })
+            } else {
+                Err(SettlementRouteError::conflict("receipt is already dead-lettered"))
+            }
+        }
+        "settled" | "skipped" => Err(SettlementRouteError::conflict("receipt is already finished")),
+        _ if row.lease_token.is_none() => Err(SettlementRouteError::conflict("receipt is not leased")),
+        _ if row.lease_token.as_deref() != Some(claim.lease_token.as_str())
+            || row.lease_owner.as_deref() != Some(claim.lease_owner.as_str()) =>
+        {
+            Err(SettlementRouteError::conflict("lease token does not match the current lease"))
+        }
+        _ if row.lease_until_ms.is_some_and(|u| u64::try_from(u).is_ok_and(|u| u <= observed_at_ms)) => {
+            Err(SettlementRouteError::conflict("lease has expired"))
+        }
+        _ => Err(SettlementRouteError::conflict("claim does not match the persisted row")),
+    }
+}
+
+/// A fresh lease token: 128 bits from the OS CSPRNG, as 32 hex characters.
+pub fn new_lease_token() -> StoreResult<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| SettlementRouteError::backend(format!("os rng: {e}")))?;
+    Ok(hex::encode(bytes))
+}
+
+/// A fresh store binding: 256 bits from the OS CSPRNG.
+pub fn new_binding() -> StoreResult<[u8; 32]> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| SettlementRouteError::backend(format!("os rng: {e}")))?;
+    Ok(bytes)
+}
+
+/// `now + lease`, checked and bounded by the database integer range.
+pub fn lease_deadline(now_ms: u64, lease_ms: u64) -> StoreResult<i64> {
+    let until = now_ms.checked_add(lease_ms).ok_or_else(|| overflow("lease_until_ms"))?;
+    to_i64(until, "lease_until_ms")
+}
+
+/// The next row version of a claim, checked.
+pub fn next_row_version(row_version: i64) -> StoreResult<i64> {
+    if row_version < 0 {
+        return Err(SettlementRouteError::invalid_record("stored row_version is out of range"));
+    }
+    row_version.checked_add(1).ok_or_else(|| overflow("row_version"))
+}
+
+/// Enqueueing an id that exists: identical (`finalized_at` and observation)
+/// is a no-op, anything else a conflict. Observations compare as JSON values,
+/// so key order does not matter.
+pub fn same_identity(existing: &ReceiptRow, new: &NewReceipt) -> StoreResult<Enqueued> {
+    let stored: Option<serde_json::Value> = existing
+        .observation
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|_| SettlementRouteError::invalid_record("stored observation is not JSON"))?;
+    let same = to_u64(existing.finalized_at, "finalized_at")? == new.finalized_at
+        && stored == new.observation;
+    Ok(if same { Enqueued::Existing } else { Enqueued::Conflict })
+}
+
+/// The history entry of a lease release.
+pub fn release_entry(claim: &SettlementAttemptClaim, now: i64) -> NewHistory {
+    NewHistory {
+        attempt: i64::from(claim.attempts),
+        outcome: "released",
+        code: None,
+        detail_sha256: None,
+        transcript_id: None,
+        reason: None,
+        worker_id: claim.lease_owner.clone(),
+        observed_at_ms: now,
+        route: None,
+    }
+}
+
+/// The history entry of an operator's redrive.
+pub fn redrive_entry(letter: &DeadLetter, now: i64) -> NewHistory {
+    NewHistory {
+        attempt: i64::from(letter.attempts),
+        outcome: "redrive",
+        code: None,
+        detail_sha256: None,
+        transcript_id: None,
+        reason: None,
+        worker_id: "operator".to_owned(),
+        observed_at_ms: now,
+        route: None,
+    }
+}
+
+/// Assemble `/v1/status` from per-state counts, the oldest due time and
+/// per-state samples (each already limited to `limit` rows).
+pub fn build_status(
+    now: i64,
+    counted: Vec<(String, i64)>,
+    oldest_due_ms: Option<i64>,
+    samples: Vec<(ReceiptState, Vec<(String, i64, i64)>)>,
+) -> StoreResult<StatusView> {
+    let mut counts = StateCounts::default();
+    for (label, n) in counted {
+        let state = ReceiptState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == label)
+            .ok_or_else(|| SettlementRouteError::invalid_record("stored status"))?;
+        counts.add(state, to_u64(n, "count")?);
+    }
+    let oldest_due_age_ms = oldest_due_ms.map_or(Ok(0), |t| to_u64(now.saturating_sub(t).max(0), "age"))?;
+    let mut out = std::collections::BTreeMap::new();
+    for (state, rows) in samples {
+        let receipts = rows
+            .into_iter()
+            .map(|(receipt_id, finalized_at, attempts)| {
+                Ok(ReceiptSummary {
+                    receipt_id,
+                    finalized_at: to_u64(finalized_at, "finalized_at")?,
+                    attempts: to_u32(attempts, "attempts")?,
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        let total = counts.get(state);
+        let returned = receipts.len() as u64;
+        out.insert(state, StateSample { total, returned, truncated: total > returned, receipts });
+    }
+    Ok(StatusView { counts, oldest_due_age_ms, samples: out })
+}
