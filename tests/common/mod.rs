@@ -1,0 +1,133 @@
+//! Test support: a fresh database per test on every backend.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use settled::store::postgres::{PostgresOptions, PostgresStore};
+use settled::store::sqlite::SqliteStore;
+use settled::store::{SettlementOutcomeStore, SharedStore};
+use sqlx::Connection;
+
+/// The environment variable naming a PostgreSQL server for tests.
+pub const POSTGRES_ENV: &str = "SETTLED_TEST_POSTGRES_URL";
+
+/// A fresh, migrated, empty store and what it takes to reach under it.
+pub struct Fresh {
+    pub store: SharedStore,
+    /// The database URL the store was opened with.
+    pub url: String,
+    /// Keeps a SQLite database's directory alive for the test.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// A fresh SQLite store in its own temporary directory.
+pub async fn fresh_sqlite() -> Fresh {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("settled.db").display());
+    let store: SharedStore = Arc::new(SqliteStore::open(&url).await.expect("open sqlite"));
+    Fresh { store, url, _dir: Some(dir) }
+}
+
+/// A fresh PostgreSQL store on a database of its own, or `None` (with a
+/// message saying so) when `SETTLED_TEST_POSTGRES_URL` is not set.
+pub async fn fresh_postgres() -> Option<Fresh> {
+    let url = fresh_postgres_url().await?;
+    let store = PostgresStore::open(&url, &PostgresOptions::default())
+        .await
+        .expect("open postgres");
+    Some(Fresh { store, url, _dir: None })
+}
+
+/// Create an empty database on the test server and return its URL.
+pub async fn fresh_postgres_url() -> Option<String> {
+    let Ok(base) = std::env::var(POSTGRES_ENV) else {
+        eprintln!("SKIPPED: {POSTGRES_ENV} is not set, so this PostgreSQL test did not run");
+        return None;
+    };
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("rng");
+    let name = format!("settled_test_{}", hex::encode(bytes));
+    let mut admin = sqlx::PgConnection::connect(&base).await.expect("connect to test postgres");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("create test database");
+    let (prefix, _) = base.rsplit_once('/').expect("postgres URL with a database name");
+    Some(format!("{prefix}/{name}"))
+}
+
+/// The backend a test runs on, by name (`sqlite` or `postgres`).
+pub async fn fresh(backend: &str) -> Option<Fresh> {
+    match backend {
+        "sqlite" => Some(fresh_sqlite().await),
+        "postgres" => fresh_postgres().await,
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+/// Run one SQL statement directly on the test's database, under the store.
+pub async fn raw_exec(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    if fresh.url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(&fresh.url).await?;
+        Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&fresh.url).await?;
+        Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
+    }
+}
+
+/// Turn off CHECK constraints on the test's database so that a test can
+/// plant a corrupt row the way a bad migration or a manual edit would.
+pub async fn raw_exec_unchecked(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {
+    if fresh.url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(&fresh.url).await?;
+        sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut conn).await?;
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&fresh.url).await?;
+        let names: Vec<(String,)> = sqlx::query_as(
+            "SELECT conname::text FROM pg_constraint WHERE conrelid = 'receipts'::regclass AND contype = 'c'",
+        )
+        .fetch_all(&mut conn)
+        .await?;
+        for (name,) in names {
+            let drop = sqlx::AssertSqlSafe(format!("ALTER TABLE receipts DROP CONSTRAINT \"{name}\""));
+            sqlx::query(drop).execute(&mut conn).await?;
+        }
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
+    }
+}
+
+/// Declare async tests that run once per backend: each `name` must be an
+/// `async fn name(fresh: Fresh)` in the enclosing module.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::fresh_sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(fresh) = $crate::common::fresh_postgres().await {
+                        super::$name(fresh).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// A store as the trait object tests drive.
+pub fn dyn_store(fresh: &Fresh) -> &dyn SettlementOutcomeStore {
+    fresh.store.as_ref()
+}
