@@ -1,4 +1,8 @@
 //! settled: settles payment receipts reliably over HTTP/JSON.
 
+pub mod clock;
+pub mod config;
 pub mod domain;
+pub mod http;
+pub mod server;
 pub mod store;

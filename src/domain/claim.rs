@@ -238,6 +238,9 @@ mod tests {
             SettlementClaimValidationError::LeaseDuration.code(),
             "lease_duration"
         );
-        assert_eq!(SettlementClaimValidationError::ClaimBatch.code(), "claim_batch");
+        assert_eq!(
+            SettlementClaimValidationError::ClaimBatch.code(),
+            "claim_batch"
+        );
     }
 }

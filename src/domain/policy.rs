@@ -92,7 +92,12 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let p = RetryPolicy::default();
         assert_eq!(
-            (p.max_retries, p.initial_backoff_ms, p.backoff_multiplier, p.backoff_cap_ms),
+            (
+                p.max_retries,
+                p.initial_backoff_ms,
+                p.backoff_multiplier,
+                p.backoff_cap_ms
+            ),
             (5, 250, 2, 60_000)
         );
         assert_eq!(p.validate(), Ok(()));
@@ -118,7 +123,10 @@ mod tests {
         };
         assert_eq!(p.backoff_ms(u32::MAX), MAX_BACKOFF_CAP_MS);
         assert_eq!(p.backoff_ms(32), MAX_BACKOFF_CAP_MS);
-        let flat = RetryPolicy { backoff_multiplier: 1, ..RetryPolicy::default() };
+        let flat = RetryPolicy {
+            backoff_multiplier: 1,
+            ..RetryPolicy::default()
+        };
         assert_eq!(flat.backoff_ms(u32::MAX), 250);
     }
 
@@ -126,19 +134,97 @@ mod tests {
     fn bounds_are_checked_at_both_edges() {
         let ok = RetryPolicy::default();
         let edges = [
-            (RetryPolicy { max_retries: 0, ..ok }, Ok(())),
-            (RetryPolicy { max_retries: 32, ..ok }, Ok(())),
-            (RetryPolicy { max_retries: 33, ..ok }, Err(RetryPolicyError::MaxRetries)),
-            (RetryPolicy { backoff_cap_ms: 86_400_000, ..ok }, Ok(())),
-            (RetryPolicy { backoff_cap_ms: 86_400_001, ..ok }, Err(RetryPolicyError::BackoffCap)),
-            (RetryPolicy { initial_backoff_ms: 1, ..ok }, Ok(())),
-            (RetryPolicy { initial_backoff_ms: 0, ..ok }, Err(RetryPolicyError::InitialBackoff)),
-            (RetryPolicy { initial_backoff_ms: 60_000, ..ok }, Ok(())),
-            (RetryPolicy { initial_backoff_ms: 60_001, ..ok }, Err(RetryPolicyError::InitialBackoff)),
-            (RetryPolicy { backoff_multiplier: 1, ..ok }, Ok(())),
-            (RetryPolicy { backoff_multiplier: 16, ..ok }, Ok(())),
-            (RetryPolicy { backoff_multiplier: 0, ..ok }, Err(RetryPolicyError::BackoffMultiplier)),
-            (RetryPolicy { backoff_multiplier: 17, ..ok }, Err(RetryPolicyError::BackoffMultiplier)),
+            (
+                RetryPolicy {
+                    max_retries: 0,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    max_retries: 32,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    max_retries: 33,
+                    ..ok
+                },
+                Err(RetryPolicyError::MaxRetries),
+            ),
+            (
+                RetryPolicy {
+                    backoff_cap_ms: 86_400_000,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    backoff_cap_ms: 86_400_001,
+                    ..ok
+                },
+                Err(RetryPolicyError::BackoffCap),
+            ),
+            (
+                RetryPolicy {
+                    initial_backoff_ms: 1,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    initial_backoff_ms: 0,
+                    ..ok
+                },
+                Err(RetryPolicyError::InitialBackoff),
+            ),
+            (
+                RetryPolicy {
+                    initial_backoff_ms: 60_000,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    initial_backoff_ms: 60_001,
+                    ..ok
+                },
+                Err(RetryPolicyError::InitialBackoff),
+            ),
+            (
+                RetryPolicy {
+                    backoff_multiplier: 1,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    backoff_multiplier: 16,
+                    ..ok
+                },
+                Ok(()),
+            ),
+            (
+                RetryPolicy {
+                    backoff_multiplier: 0,
+                    ..ok
+                },
+                Err(RetryPolicyError::BackoffMultiplier),
+            ),
+            (
+                RetryPolicy {
+                    backoff_multiplier: 17,
+                    ..ok
+                },
+                Err(RetryPolicyError::BackoffMultiplier),
+            ),
         ];
         for (policy, expected) in edges {
             assert_eq!(policy.validate(), expected, "{policy:?}");
@@ -154,11 +240,20 @@ mod tests {
             backoff_cap_ms: 0,
         };
         assert_eq!(all_bad.validate(), Err(RetryPolicyError::MaxRetries));
-        let p = RetryPolicy { max_retries: 1, ..all_bad };
+        let p = RetryPolicy {
+            max_retries: 1,
+            ..all_bad
+        };
         assert_eq!(p.validate(), Err(RetryPolicyError::BackoffCap));
-        let p = RetryPolicy { backoff_cap_ms: 10, ..p };
+        let p = RetryPolicy {
+            backoff_cap_ms: 10,
+            ..p
+        };
         assert_eq!(p.validate(), Err(RetryPolicyError::InitialBackoff));
-        let p = RetryPolicy { initial_backoff_ms: 10, ..p };
+        let p = RetryPolicy {
+            initial_backoff_ms: 10,
+            ..p
+        };
         assert_eq!(p.validate(), Err(RetryPolicyError::BackoffMultiplier));
     }
 
@@ -167,6 +262,12 @@ mod tests {
         let p = RetryPolicy::default();
         assert!((0..5).all(|n| p.allows_retry(n)));
         assert!(!p.allows_retry(5));
-        assert!(!RetryPolicy { max_retries: 0, ..p }.allows_retry(0));
+        assert!(
+            !RetryPolicy {
+                max_retries: 0,
+                ..p
+            }
+            .allows_retry(0)
+        );
     }
 }

@@ -146,7 +146,10 @@ mod tests {
     #[test]
     fn skip_labels_round_trip_exactly() {
         for reason in SettlementSkipReason::ALL {
-            assert_eq!(SettlementSkipReason::from_label(reason.as_str()), Some(reason));
+            assert_eq!(
+                SettlementSkipReason::from_label(reason.as_str()),
+                Some(reason)
+            );
             let json = serde_json::to_value(reason).unwrap();
             assert_eq!(json, serde_json::Value::String(reason.as_str().to_owned()));
         }
@@ -170,7 +173,13 @@ mod tests {
         use FailureClass::*;
         let sig = SettlementFailureCode::Signature;
         assert_eq!(sig.effective_class(Retryable), Permanent);
-        assert_eq!(SettlementFailureCode::Rpc.effective_class(Retryable), Retryable);
-        assert_eq!(SettlementFailureCode::Rpc.effective_class(Permanent), Permanent);
+        assert_eq!(
+            SettlementFailureCode::Rpc.effective_class(Retryable),
+            Retryable
+        );
+        assert_eq!(
+            SettlementFailureCode::Rpc.effective_class(Permanent),
+            Permanent
+        );
     }
 }

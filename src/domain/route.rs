@@ -131,17 +131,23 @@ impl SettlementRouteError {
 
     /// A conflict with a message a client may read.
     pub fn conflict(detail: impl Into<String>) -> Self {
-        Self::Conflict { detail: detail.into() }
+        Self::Conflict {
+            detail: detail.into(),
+        }
     }
 
     /// An overflow or corrupt row.
     pub fn invalid_record(detail: impl Into<String>) -> Self {
-        Self::InvalidRecord { detail: detail.into() }
+        Self::InvalidRecord {
+            detail: detail.into(),
+        }
     }
 
     /// A database failure; the detail goes to the log only.
     pub fn backend(detail: impl Into<String>) -> Self {
-        Self::Backend { detail: detail.into() }
+        Self::Backend {
+            detail: detail.into(),
+        }
     }
 }
 
@@ -176,8 +182,14 @@ mod tests {
     #[test]
     fn outcome_store_error_classes_are_bounded() {
         let cases = [
-            (SettlementRouteError::backend("db unavailable"), SettlementRouteErrorClass::Backend),
-            (SettlementRouteError::conflict("stale lease"), SettlementRouteErrorClass::Conflict),
+            (
+                SettlementRouteError::backend("db unavailable"),
+                SettlementRouteErrorClass::Backend,
+            ),
+            (
+                SettlementRouteError::conflict("stale lease"),
+                SettlementRouteErrorClass::Conflict,
+            ),
             (
                 SettlementRouteError::invalid_record("negative counter"),
                 SettlementRouteErrorClass::InvalidRecord,
@@ -191,9 +203,15 @@ mod tests {
     #[test]
     fn routes_serialize_as_the_documented_objects() {
         let cases = [
-            (SettlementRoute::NoAction, serde_json::json!({"kind": "no_action"})),
             (
-                SettlementRoute::RetryScheduled { attempt: 1, next_visible_at_ms: 350 },
+                SettlementRoute::NoAction,
+                serde_json::json!({"kind": "no_action"}),
+            ),
+            (
+                SettlementRoute::RetryScheduled {
+                    attempt: 1,
+                    next_visible_at_ms: 350,
+                },
                 serde_json::json!({"kind": "retry_scheduled", "attempt": 1, "next_visible_at_ms": 350}),
             ),
             (

@@ -66,15 +66,25 @@ mod tests {
         assert_eq!(ReceiptId::parse(&"r".repeat(513)), Err(IdError::Length));
         // 256 two-byte characters are 512 bytes; one more is over.
         assert!(ReceiptId::parse(&"\u{e9}".repeat(256)).is_ok());
-        assert_eq!(ReceiptId::parse(&"\u{e9}".repeat(257)), Err(IdError::Length));
+        assert_eq!(
+            ReceiptId::parse(&"\u{e9}".repeat(257)),
+            Err(IdError::Length)
+        );
         assert!(TranscriptId::parse(&"\u{1F600}".repeat(128)).is_ok());
-        assert_eq!(TranscriptId::parse(&"\u{1F600}".repeat(129)), Err(IdError::Length));
+        assert_eq!(
+            TranscriptId::parse(&"\u{1F600}".repeat(129)),
+            Err(IdError::Length)
+        );
     }
 
     #[test]
     fn ids_refuse_control_characters() {
         for bad in ["a\0b", "a\nb", "\u{7f}", "x\u{85}"] {
-            assert_eq!(ReceiptId::parse(bad), Err(IdError::ControlCharacter), "{bad:?}");
+            assert_eq!(
+                ReceiptId::parse(bad),
+                Err(IdError::ControlCharacter),
+                "{bad:?}"
+            );
             assert_eq!(TranscriptId::parse(bad), Err(IdError::ControlCharacter));
         }
         assert!(ReceiptId::parse("a/b %2F ../é").is_ok());

@@ -9,13 +9,16 @@ impl From<sqlx::Error> for SettlementRouteError {
             sqlx::Error::Database(db)
                 if matches!(
                     db.kind(),
-                    sqlx::error::ErrorKind::CheckViolation | sqlx::error::ErrorKind::NotNullViolation
+                    sqlx::error::ErrorKind::CheckViolation
+                        | sqlx::error::ErrorKind::NotNullViolation
                 ) =>
             {
                 SettlementRouteError::invalid_record(format!("constraint refused the row: {error}"))
             }
             sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
-                SettlementRouteError::invalid_record(format!("stored value does not decode: {error}"))
+                SettlementRouteError::invalid_record(format!(
+                    "stored value does not decode: {error}"
+                ))
             }
             _ => SettlementRouteError::backend(error.to_string()),
         }

@@ -1,11 +1,11 @@
 //! The store: one trait, one implementation per backend.
 
 mod connect;
-pub mod postgres;
-pub mod sqlite;
 mod error;
+pub mod postgres;
 mod rows;
 mod rules;
+pub mod sqlite;
 mod views;
 
 use std::sync::Arc;
@@ -145,7 +145,11 @@ pub trait SettlementOutcomeStore: Send + Sync {
     async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()>;
 
     /// A receipt's state and history.
-    async fn receipt(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>>;
+    async fn receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>>;
 
     /// A page of dead letters ordered by `(finalized_at, receipt_id)`.
     async fn dead_letters(
@@ -158,7 +162,11 @@ pub trait SettlementOutcomeStore: Send + Sync {
     async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>>;
 
     /// Put a dead letter back to work with attempts 0; `None` when it is not dead-lettered.
-    async fn redrive(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>>;
+    async fn redrive(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>>;
 
     /// Counts per state, the oldest due age, and up to `limit` receipts per state.
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView>;
@@ -175,14 +183,20 @@ impl dyn SettlementOutcomeStore {
         observed_at_ms: u64,
     ) -> StoreResult<SettlementRoute> {
         let items = [(claim.clone(), outcome.clone())];
-        let mut results = self.record_claimed_outcomes(&items, policy, observed_at_ms).await?;
-        results.pop().unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+        let mut results = self
+            .record_claimed_outcomes(&items, policy, observed_at_ms)
+            .await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
     }
 
     /// Enqueue one receipt.
     pub async fn enqueue_one(&self, receipt: &NewReceipt, now_ms: u64) -> StoreResult<Enqueued> {
         let mut results = self.enqueue(std::slice::from_ref(receipt), now_ms).await?;
-        results.pop().ok_or_else(|| SettlementRouteError::backend("no result"))
+        results
+            .pop()
+            .ok_or_else(|| SettlementRouteError::backend("no result"))
     }
 }
 

@@ -12,7 +12,11 @@ pub struct PostgresOptions {
 
 impl Default for PostgresOptions {
     fn default() -> Self {
-        Self { max_connections: 16, connect_timeout_ms: 5_000, statement_timeout_ms: 5_000 }
+        Self {
+            max_connections: 16,
+            connect_timeout_ms: 5_000,
+            statement_timeout_ms: 5_000,
+        }
     }
 }
 
@@ -22,6 +26,8 @@ pub struct PostgresStore;
 impl PostgresStore {
     /// Not available yet.
     pub async fn open(_url: &str, _options: &PostgresOptions) -> StoreResult<SharedStore> {
-        Err(SettlementRouteError::backend("the PostgreSQL backend is not implemented yet"))
+        Err(SettlementRouteError::backend(
+            "the PostgreSQL backend is not implemented yet",
+        ))
     }
 }

@@ -3,7 +3,9 @@
 
 use sqlx::FromRow;
 
-use super::{DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptState, ReceiptView, StoreResult};
+use super::{
+    DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptState, ReceiptView, StoreResult,
+};
 use crate::domain::{
     SettlementAttemptClaim, SettlementFailureCode, SettlementRouteError, SettlementSkipReason,
 };
@@ -131,9 +133,11 @@ impl ReceiptRow {
         if self.status != "dead_lettered" {
             return Ok(None);
         }
-        let (Some(c), Some(sha), Some(at)) =
-            (&self.failure_code, &self.failure_sha256, self.finished_at_ms)
-        else {
+        let (Some(c), Some(sha), Some(at)) = (
+            &self.failure_code,
+            &self.failure_sha256,
+            self.finished_at_ms,
+        ) else {
             return Err(corrupt("dead letter"));
         };
         Ok(Some(DeadLetter {
@@ -157,7 +161,10 @@ impl ReceiptRow {
             _ => None,
         };
         let last_failure = match (&self.failure_code, &self.failure_sha256) {
-            (Some(c), Some(sha)) => Some(FailureView { code: code(c)?, detail_sha256: sha.clone() }),
+            (Some(c), Some(sha)) => Some(FailureView {
+                code: code(c)?,
+                detail_sha256: sha.clone(),
+            }),
             _ => None,
         };
         Ok(ReceiptView {
@@ -176,7 +183,10 @@ impl ReceiptRow {
             skip_reason: self.skip_reason.as_deref().map(reason).transpose()?,
             dead_letter: self.dead_letter()?,
             observation: observation(self.observation.as_deref())?,
-            history: history.into_iter().map(HistoryRow::entry).collect::<StoreResult<_>>()?,
+            history: history
+                .into_iter()
+                .map(HistoryRow::entry)
+                .collect::<StoreResult<_>>()?,
         })
     }
 }

@@ -43,10 +43,23 @@ impl<'a> Cas<'a> {
 /// The row change an outcome asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    Settle { transcript_id: String },
-    Skip { reason: &'static str },
-    Retry { attempts: i64, next_visible_at_ms: i64, code: &'static str, sha256: String },
-    DeadLetter { attempts: i64, code: &'static str, sha256: String },
+    Settle {
+        transcript_id: String,
+    },
+    Skip {
+        reason: &'static str,
+    },
+    Retry {
+        attempts: i64,
+        next_visible_at_ms: i64,
+        code: &'static str,
+        sha256: String,
+    },
+    DeadLetter {
+        attempts: i64,
+        code: &'static str,
+        sha256: String,
+    },
 }
 
 /// A history entry to append with the change.
@@ -92,15 +105,23 @@ pub fn plan_outcome(
         .map_err(|e| SettlementRouteError::invalid_record(format!("retry policy: {e}")))?;
     let observed = to_i64(observed_at_ms, "observed_at_ms")?;
     Cas::of(claim)?;
-    let invocation = claim.attempts.checked_add(1).ok_or_else(|| overflow("attempts"))?;
+    let invocation = claim
+        .attempts
+        .checked_add(1)
+        .ok_or_else(|| overflow("attempts"))?;
     let (change, route) = match input {
         SettlementRoutingInput::Accepted { transcript_id } => (
-            Change::Settle { transcript_id: transcript_id.as_str().to_owned() },
+            Change::Settle {
+                transcript_id: transcript_id.as_str().to_owned(),
+            },
             SettlementRoute::NoAction,
         ),
-        SettlementRoutingInput::Skipped { reason } => {
-            (Change::Skip { reason: reason.as_str() }, SettlementRoute::NoAction)
-        }
+        SettlementRoutingInput::Skipped { reason } => (
+            Change::Skip {
+                reason: reason.as_str(),
+            },
+            SettlementRoute::NoAction,
+        ),
         SettlementRoutingInput::Retryable { reason }
             if reason.code.effective_class(FailureClass::Retryable) == FailureClass::Retryable
                 && policy.allows_retry(claim.attempts) =>
@@ -114,15 +135,24 @@ pub fn plan_outcome(
                 code: reason.code.as_str(),
                 sha256: reason.detail_sha256.clone(),
             };
-            (change, SettlementRoute::RetryScheduled { attempt: invocation, next_visible_at_ms: next })
+            (
+                change,
+                SettlementRoute::RetryScheduled {
+                    attempt: invocation,
+                    next_visible_at_ms: next,
+                },
+            )
         }
-        SettlementRoutingInput::Retryable { reason } | SettlementRoutingInput::Permanent { reason } => (
+        SettlementRoutingInput::Retryable { reason }
+        | SettlementRoutingInput::Permanent { reason } => (
             Change::DeadLetter {
                 attempts: i64::from(invocation),
                 code: reason.code.as_str(),
                 sha256: reason.detail_sha256.clone(),
             },
-            SettlementRoute::DeadLettered { attempts: invocation },
+            SettlementRoute::DeadLettered {
+                attempts: invocation,
+            },
         ),
     };
     let failure = input.failure();
@@ -132,7 +162,9 @@ pub fn plan_outcome(
         code: failure.map(|f| f.code.as_str()),
         detail_sha256: failure.map(|f| f.detail_sha256.clone()),
         transcript_id: match input {
-            SettlementRoutingInput::Accepted { transcript_id } => Some(transcript_id.as_str().to_owned()),
+            SettlementRoutingInput::Accepted { transcript_id } => {
+                Some(transcript_id.as_str().to_owned())
+            }
             _ => None,
         },
         reason: match input {
@@ -143,7 +175,13 @@ pub fn plan_outcome(
         observed_at_ms: observed,
         route: Some(route.kind()),
     };
-    Ok(Plan { change, route, history, observed_at_ms: observed, lease_live: claim.lease_until_ms > observed_at_ms })
+    Ok(Plan {
+        change,
+        route,
+        history,
+        observed_at_ms: observed,
+        lease_live: claim.lease_until_ms > observed_at_ms,
+    })
 }
 
 /// The guarded write matched nothing: either this is an identical replay of a
@@ -159,57 +197,85 @@ pub fn explain_miss(
     };
     match row.status.as_str() {
         "dead_lettered" => {
-            let letter = row.dead_letter()?.ok_or_else(|| SettlementRouteError::invalid_record("dead letter"))?;
-            let same = replay.and_then(SettlementRoutingInput::failure).is_some_and(|f: &SettlementFailureReason| {
-                f.code == letter.code && f.detail_sha256 == letter.detail_sha256
-            }) && claim.finalized_at == letter.finalized_at
+            let letter = row
+                .dead_letter()?
+                .ok_or_else(|| SettlementRouteError::invalid_record("dead letter"))?;
+            let same = replay
+                .and_then(SettlementRoutingInput::failure)
+                .is_some_and(|f: &SettlementFailureReason| {
+                    f.code == letter.code && f.detail_sha256 == letter.detail_sha256
+                })
+                && claim.finalized_at == letter.finalized_at
                 && claim.attempts.checked_add(1) == Some(letter.attempts);
             if same {
-                Ok(SettlementRoute::DeadLettered { attempts: letter.attempts })
+                Ok(SettlementRoute::DeadLettered {
+                    attempts: letter.attempts,
+                })
             } else {
-                Err(SettlementRouteError::conflict("receipt is already dead-lettered"))
+                Err(SettlementRouteError::conflict(
+                    "receipt is already dead-lettered",
+                ))
             }
         }
-        "settled" | "skipped" => Err(SettlementRouteError::conflict("receipt is already finished")),
-        _ if row.lease_token.is_none() => Err(SettlementRouteError::conflict("receipt is not leased")),
+        "settled" | "skipped" => Err(SettlementRouteError::conflict(
+            "receipt is already finished",
+        )),
+        _ if row.lease_token.is_none() => {
+            Err(SettlementRouteError::conflict("receipt is not leased"))
+        }
         _ if row.lease_token.as_deref() != Some(claim.lease_token.as_str())
             || row.lease_owner.as_deref() != Some(claim.lease_owner.as_str()) =>
         {
-            Err(SettlementRouteError::conflict("lease token does not match the current lease"))
+            Err(SettlementRouteError::conflict(
+                "lease token does not match the current lease",
+            ))
         }
-        _ if row.lease_until_ms.is_some_and(|u| u64::try_from(u).is_ok_and(|u| u <= observed_at_ms)) => {
+        _ if row
+            .lease_until_ms
+            .is_some_and(|u| u64::try_from(u).is_ok_and(|u| u <= observed_at_ms)) =>
+        {
             Err(SettlementRouteError::conflict("lease has expired"))
         }
-        _ => Err(SettlementRouteError::conflict("claim does not match the persisted row")),
+        _ => Err(SettlementRouteError::conflict(
+            "claim does not match the persisted row",
+        )),
     }
 }
 
 /// A fresh lease token: 128 bits from the OS CSPRNG, as 32 hex characters.
 pub fn new_lease_token() -> StoreResult<String> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| SettlementRouteError::backend(format!("os rng: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| SettlementRouteError::backend(format!("os rng: {e}")))?;
     Ok(hex::encode(bytes))
 }
 
 /// A fresh store binding: 256 bits from the OS CSPRNG.
 pub fn new_binding() -> StoreResult<[u8; 32]> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| SettlementRouteError::backend(format!("os rng: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| SettlementRouteError::backend(format!("os rng: {e}")))?;
     Ok(bytes)
 }
 
 /// `now + lease`, checked and bounded by the database integer range.
 pub fn lease_deadline(now_ms: u64, lease_ms: u64) -> StoreResult<i64> {
-    let until = now_ms.checked_add(lease_ms).ok_or_else(|| overflow("lease_until_ms"))?;
+    let until = now_ms
+        .checked_add(lease_ms)
+        .ok_or_else(|| overflow("lease_until_ms"))?;
     to_i64(until, "lease_until_ms")
 }
 
 /// The next row version of a claim, checked.
 pub fn next_row_version(row_version: i64) -> StoreResult<i64> {
     if row_version < 0 {
-        return Err(SettlementRouteError::invalid_record("stored row_version is out of range"));
+        return Err(SettlementRouteError::invalid_record(
+            "stored row_version is out of range",
+        ));
     }
-    row_version.checked_add(1).ok_or_else(|| overflow("row_version"))
+    row_version
+        .checked_add(1)
+        .ok_or_else(|| overflow("row_version"))
 }
 
 /// Enqueueing an id that exists: identical (`finalized_at` and observation)
@@ -222,9 +288,16 @@ pub fn same_identity(existing: &ReceiptRow, new: &NewReceipt) -> StoreResult<Enq
         .map(serde_json::from_str)
         .transpose()
         .map_err(|_| SettlementRouteError::invalid_record("stored observation is not JSON"))?;
+    // An absent observation and an explicit JSON null are the same identity.
+    let stored = stored.filter(|v| !v.is_null());
+    let offered = new.observation.as_ref().filter(|v| !v.is_null());
     let same = to_u64(existing.finalized_at, "finalized_at")? == new.finalized_at
-        && stored == new.observation;
-    Ok(if same { Enqueued::Existing } else { Enqueued::Conflict })
+        && stored.as_ref() == offered;
+    Ok(if same {
+        Enqueued::Existing
+    } else {
+        Enqueued::Conflict
+    })
 }
 
 /// The history entry of a lease release.
@@ -273,7 +346,8 @@ pub fn build_status(
             .ok_or_else(|| SettlementRouteError::invalid_record("stored status"))?;
         counts.add(state, to_u64(n, "count")?);
     }
-    let oldest_due_age_ms = oldest_due_ms.map_or(Ok(0), |t| to_u64(now.saturating_sub(t).max(0), "age"))?;
+    let oldest_due_age_ms =
+        oldest_due_ms.map_or(Ok(0), |t| to_u64(now.saturating_sub(t).max(0), "age"))?;
     let mut out = std::collections::BTreeMap::new();
     for (state, rows) in samples {
         let receipts = rows
@@ -288,7 +362,19 @@ pub fn build_status(
             .collect::<StoreResult<Vec<_>>>()?;
         let total = counts.get(state);
         let returned = receipts.len() as u64;
-        out.insert(state, StateSample { total, returned, truncated: total > returned, receipts });
+        out.insert(
+            state,
+            StateSample {
+                total,
+                returned,
+                truncated: total > returned,
+                receipts,
+            },
+        );
     }
-    Ok(StatusView { counts, oldest_due_age_ms, samples: out })
+    Ok(StatusView {
+        counts,
+        oldest_due_age_ms,
+        samples: out,
+    })
 }

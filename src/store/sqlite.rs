@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{Sqlite, Transaction};
 use tokio::sync::Notify;
 
@@ -33,7 +35,6 @@ macro_rules! state_case {
           WHEN attempts = 0 THEN 'pending' ELSE 'retry_scheduled' END)"
     };
 }
-
 
 const CAS_WHERE: &str = "receipt_id = ?1 AND status = 'active' AND finalized_at = ?2 \
      AND attempts = ?3 AND row_version = ?4 AND lease_owner = ?5 AND lease_token = ?6 \
@@ -62,15 +63,18 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        sqlx::query("INSERT INTO store_identity (id, binding) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING")
-            .bind(rules::new_binding()?.to_vec())
-            .execute(&writer)
-            .await?;
+        sqlx::query(
+            "INSERT INTO store_identity (id, binding) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(rules::new_binding()?.to_vec())
+        .execute(&writer)
+        .await?;
         let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
             .fetch_one(&writer)
             .await?;
-        let digest: [u8; 32] =
-            bytes.try_into().map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
+        let digest: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
         Ok(Self {
             writer,
             reader,
@@ -90,10 +94,14 @@ impl SqliteStore {
     }
 
     async fn row(tx: &mut Tx, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
-        Ok(sqlx::query_as(concat!("SELECT ", receipt_columns!(), " FROM receipts WHERE receipt_id = ?1"))
-            .bind(receipt_id)
-            .fetch_optional(&mut **tx)
-            .await?)
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            receipt_columns!(),
+            " FROM receipts WHERE receipt_id = ?1"
+        ))
+        .bind(receipt_id)
+        .fetch_optional(&mut **tx)
+        .await?)
     }
 
     async fn history(tx: &mut Tx, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
@@ -191,14 +199,21 @@ impl SqliteStore {
         let query = match change {
             Change::Settle { transcript_id } => query.bind(transcript_id.clone()),
             Change::Skip { reason } => query.bind(*reason),
-            Change::Retry { attempts, next_visible_at_ms, code, sha256 } => query
+            Change::Retry {
+                attempts,
+                next_visible_at_ms,
+                code,
+                sha256,
+            } => query
                 .bind(*attempts)
                 .bind(*next_visible_at_ms)
                 .bind(*code)
                 .bind(sha256.clone()),
-            Change::DeadLetter { attempts, code, sha256 } => {
-                query.bind(*attempts).bind(*code).bind(sha256.clone())
-            }
+            Change::DeadLetter {
+                attempts,
+                code,
+                sha256,
+            } => query.bind(*attempts).bind(*code).bind(sha256.clone()),
         };
         Ok(query.execute(&mut **tx).await?.rows_affected())
     }
@@ -222,7 +237,12 @@ impl SqliteStore {
             }
         }
         let row = Self::row(tx, &claim.receipt_id).await?;
-        Ok(rules::explain_miss(row.as_ref(), claim, Some(input), observed_at_ms))
+        Ok(rules::explain_miss(
+            row.as_ref(),
+            claim,
+            Some(input),
+            observed_at_ms,
+        ))
     }
 
     async fn read_view(&self, receipt_id: &str, now: i64) -> StoreResult<Option<ReceiptView>> {
@@ -271,8 +291,13 @@ impl SettlementOutcomeStore for SqliteStore {
         let mut results = Vec::with_capacity(receipts.len());
         for receipt in receipts {
             let finalized_at = to_i64(receipt.finalized_at, "finalized_at")?;
-            let visible = receipt.visible_at_ms.map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?;
-            let observation = receipt.observation.as_ref().map(serde_json::Value::to_string);
+            let visible = receipt
+                .visible_at_ms
+                .map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?;
+            let observation = receipt
+                .observation
+                .as_ref()
+                .map(serde_json::Value::to_string);
             let inserted = sqlx::query(
                 "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
                  row_version, next_visible_at_ms, created_at_ms) VALUES (?1, ?2, ?3, 'active', 0, 0, ?4, ?5) \
@@ -291,7 +316,9 @@ impl SettlementOutcomeStore for SqliteStore {
             } else {
                 let existing = Self::row(&mut tx, receipt.receipt_id.as_str())
                     .await?
-                    .ok_or_else(|| SettlementRouteError::backend("receipt vanished during enqueue"))?;
+                    .ok_or_else(|| {
+                        SettlementRouteError::backend("receipt vanished during enqueue")
+                    })?;
                 rules::same_identity(&existing, receipt)?
             };
             results.push(result);
@@ -318,8 +345,12 @@ impl SettlementOutcomeStore for SqliteStore {
         };
         let found = match row.status.as_str() {
             "active" if row.lease_live(now) => ReceiptClaim::Leased,
-            "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
-            "active" => ReceiptClaim::Claimed(Self::lease(&mut tx, &row, worker_id, now, until).await?),
+            "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => {
+                ReceiptClaim::NotYetVisible
+            }
+            "active" => {
+                ReceiptClaim::Claimed(Self::lease(&mut tx, &row, worker_id, now, until).await?)
+            }
             _ => ReceiptClaim::NoActiveWork,
         };
         tx.commit().await?;
@@ -369,7 +400,10 @@ impl SettlementOutcomeStore for SqliteStore {
             results.push(keep_going(result.and_then(|r| r))?);
         }
         tx.commit().await?;
-        if results.iter().any(|r| matches!(r, Ok(SettlementRoute::RetryScheduled { .. }))) {
+        if results
+            .iter()
+            .any(|r| matches!(r, Ok(SettlementRoute::RetryScheduled { .. })))
+        {
             self.notify.notify_waiters();
         }
         Ok(results)
@@ -434,14 +468,24 @@ impl SettlementOutcomeStore for SqliteStore {
             let row = Self::row(&mut tx, &claim.receipt_id).await?;
             return Err(rules::explain_miss(row.as_ref(), claim, None, now_ms).unwrap_err());
         }
-        Self::append_history(&mut tx, &claim.receipt_id, &rules::release_entry(claim, now)).await?;
+        Self::append_history(
+            &mut tx,
+            &claim.receipt_id,
+            &rules::release_entry(claim, now),
+        )
+        .await?;
         tx.commit().await?;
         self.notify.notify_waiters();
         Ok(())
     }
 
-    async fn receipt(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>> {
-        self.read_view(receipt_id.as_str(), to_i64(now_ms, "now_ms")?).await
+    async fn receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
+        self.read_view(receipt_id.as_str(), to_i64(now_ms, "now_ms")?)
+            .await
     }
 
     async fn dead_letters(
@@ -464,19 +508,28 @@ impl SettlementOutcomeStore for SqliteStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.reader)
         .await?;
-        rows.iter().filter_map(|r| r.dead_letter().transpose()).collect()
+        rows.iter()
+            .filter_map(|r| r.dead_letter().transpose())
+            .collect()
     }
 
     async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
-        let row: Option<ReceiptRow> =
-            sqlx::query_as(concat!("SELECT ", receipt_columns!(), " FROM receipts WHERE receipt_id = ?1"))
-                .bind(receipt_id.as_str())
-                .fetch_optional(&self.reader)
-                .await?;
+        let row: Option<ReceiptRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            receipt_columns!(),
+            " FROM receipts WHERE receipt_id = ?1"
+        ))
+        .bind(receipt_id.as_str())
+        .fetch_optional(&self.reader)
+        .await?;
         row.map_or(Ok(None), |r| r.dead_letter())
     }
 
-    async fn redrive(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>> {
+    async fn redrive(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
         let now = to_i64(now_ms, "now_ms")?;
         let mut tx = self.begin().await?;
         let Some(row) = Self::row(&mut tx, receipt_id.as_str()).await? else {
@@ -493,7 +546,12 @@ impl SettlementOutcomeStore for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        Self::append_history(&mut tx, receipt_id.as_str(), &rules::redrive_entry(&letter, now)).await?;
+        Self::append_history(
+            &mut tx,
+            receipt_id.as_str(),
+            &rules::redrive_entry(&letter, now),
+        )
+        .await?;
         let row = Self::row(&mut tx, receipt_id.as_str())
             .await?
             .ok_or_else(|| SettlementRouteError::backend("receipt vanished during redrive"))?;
@@ -540,4 +598,3 @@ impl SettlementOutcomeStore for SqliteStore {
         rules::build_status(now, counted, oldest, samples)
     }
 }
-

@@ -1,0 +1,106 @@
+//! Command line and environment configuration.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::domain::RetryPolicy;
+use crate::store::postgres::PostgresOptions;
+
+/// settled: settles payment receipts reliably over HTTP/JSON.
+#[derive(Debug, Parser)]
+#[command(name = "settled", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options of `serve`, also accepted with no sub-command.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Sub-commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (the default).
+    Serve(ServeArgs),
+    /// Print the OpenAPI document (YAML) and exit.
+    Openapi,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Options of the HTTP service.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SETTLED_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// `sqlite:PATH` (created if missing) or `postgres://USER@HOST/DB`.
+    #[arg(
+        long,
+        env = "SETTLED_DATABASE_URL",
+        default_value = "sqlite:settled.db",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+    /// Retries before a retryable failure is dead-lettered (0..=32).
+    #[arg(long, env = "SETTLED_MAX_RETRIES", default_value_t = RetryPolicy::default().max_retries)]
+    pub max_retries: u32,
+    /// Wait before the first retry, in ms (1..=backoff cap).
+    #[arg(long, env = "SETTLED_INITIAL_BACKOFF_MS", default_value_t = RetryPolicy::default().initial_backoff_ms)]
+    pub initial_backoff_ms: u64,
+    /// Growth factor of the wait per retry (1..=16).
+    #[arg(long, env = "SETTLED_BACKOFF_MULTIPLIER", default_value_t = RetryPolicy::default().backoff_multiplier)]
+    pub backoff_multiplier: u32,
+    /// Longest wait between retries, in ms (1..=86400000).
+    #[arg(long, env = "SETTLED_BACKOFF_CAP_MS", default_value_t = RetryPolicy::default().backoff_cap_ms)]
+    pub backoff_cap_ms: u64,
+    /// Bearer token as ROLE:TOKEN (roles: producer, worker, operator, reader); repeatable.
+    #[arg(
+        long = "token",
+        env = "SETTLED_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub tokens: Vec<String>,
+    /// PostgreSQL: most connections in the pool.
+    #[arg(long, env = "SETTLED_PG_MAX_CONNECTIONS", default_value_t = PostgresOptions::default().max_connections)]
+    pub pg_max_connections: u32,
+    /// PostgreSQL: longest wait for a connection, in ms.
+    #[arg(long, env = "SETTLED_PG_CONNECT_TIMEOUT_MS", default_value_t = PostgresOptions::default().connect_timeout_ms)]
+    pub pg_connect_timeout_ms: u64,
+    /// PostgreSQL: longest time one statement may run, in ms.
+    #[arg(long, env = "SETTLED_PG_STATEMENT_TIMEOUT_MS", default_value_t = PostgresOptions::default().statement_timeout_ms)]
+    pub pg_statement_timeout_ms: u64,
+    /// Log line format.
+    #[arg(long, env = "SETTLED_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl ServeArgs {
+    /// The retry policy as given (not yet validated).
+    #[must_use]
+    pub const fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            initial_backoff_ms: self.initial_backoff_ms,
+            backoff_multiplier: self.backoff_multiplier,
+            backoff_cap_ms: self.backoff_cap_ms,
+        }
+    }
+
+    /// PostgreSQL pool settings.
+    #[must_use]
+    pub const fn postgres(&self) -> PostgresOptions {
+        PostgresOptions {
+            max_connections: self.pg_max_connections,
+            connect_timeout_ms: self.pg_connect_timeout_ms,
+            statement_timeout_ms: self.pg_statement_timeout_ms,
+        }
+    }
+}

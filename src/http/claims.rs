@@ -1,0 +1,149 @@
+//! Workers claim due receipts under a lease: a batch (optionally waiting for
+//! work) or one receipt by id.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::wire::{self, MAX_WAIT_MS};
+use crate::domain::{ClaimLimit, LeaseMs, SettlementAttemptClaim, WorkerId};
+use crate::store::ReceiptClaim;
+
+/// How often a waiting claim looks again even without a wake-up, so that
+/// retries and expired leases coming due are noticed.
+const FALLBACK_POLL: Duration = Duration::from_millis(250);
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(claim_batch))
+        .routes(routes!(claim_one))
+}
+
+/// Claim parameters for a batch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimsIn {
+    /// 1..=128 UTF-8 bytes.
+    pub worker_id: String,
+    /// 1..=86400000.
+    pub lease_ms: u64,
+    /// 1..=1024.
+    pub limit: usize,
+    /// 0..=20000: wait up to this long for work when none is due (0 or absent: no wait).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+/// Claimed receipts, ordered by `(next_visible_at_ms, receipt_id)`; empty when nothing is due.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimsOut {
+    pub claims: Vec<SettlementAttemptClaim>,
+}
+
+/// Claim up to `limit` due receipts.
+///
+/// With `wait_ms` the call waits up to that long and returns as soon as it
+/// has claimed something; it is woken when work is enqueued, released or
+/// redriven.
+#[utoipa::path(post, path = "/v1/claims", operation_id = "v1.claims.create", tag = "claims",
+    request_body = ClaimsIn,
+    responses(
+        (status = 200, description = "Claims, possibly none", body = ClaimsOut),
+        (status = 422, description = "A bound is broken", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn claim_batch(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<ClaimsIn>,
+) -> Result<Json<ClaimsOut>, ApiError> {
+    let worker = WorkerId::parse(&body.worker_id)?;
+    let lease = LeaseMs::try_from(body.lease_ms)?;
+    let limit = ClaimLimit::try_from(body.limit)?;
+    let wait_ms = body.wait_ms.unwrap_or(0);
+    if wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::validation(
+            "invalid_wait_ms",
+            "wait_ms must be 0..=20000",
+        ));
+    }
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let notifier = app.store.work_notifier();
+    loop {
+        // Register for wake-ups before looking, so that work enqueued between
+        // the look and the wait is not missed.
+        let woken = notifier.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let claims = app
+            .store
+            .claim_due(&worker, app.now(), lease, limit)
+            .await?;
+        let now = Instant::now();
+        if !claims.is_empty() || now >= deadline || app.shutting_down() {
+            return Ok(Json(ClaimsOut { claims }));
+        }
+        tokio::select! {
+            () = &mut woken => {}
+            () = tokio::time::sleep_until(deadline.min(now + FALLBACK_POLL)) => {}
+            () = app.shutdown_signal() => {}
+        }
+    }
+}
+
+/// Claim parameters for one receipt.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimOneIn {
+    /// 1..=128 UTF-8 bytes.
+    pub worker_id: String,
+    /// 1..=86400000.
+    pub lease_ms: u64,
+}
+
+/// Claim one receipt by id.
+#[utoipa::path(post, path = "/v1/receipts/{id}/claim", operation_id = "v1.receipts.claim", tag = "claims",
+    params(("id" = String, Path, description = "Receipt id")),
+    request_body = ClaimOneIn,
+    responses(
+        (status = 200, description = "Claimed", body = SettlementAttemptClaim),
+        (status = 404, description = "Unknown, or no active work (finished)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Held by a live lease, or not yet visible", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A bound is broken", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn claim_one(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<ClaimOneIn>,
+) -> Result<Json<SettlementAttemptClaim>, ApiError> {
+    let id = wire::parse_receipt_id(&id)?;
+    let worker = WorkerId::parse(&body.worker_id)?;
+    let lease = LeaseMs::try_from(body.lease_ms)?;
+    match app
+        .store
+        .claim_receipt(&id, &worker, app.now(), lease)
+        .await?
+    {
+        ReceiptClaim::Claimed(claim) => Ok(Json(claim)),
+        ReceiptClaim::Leased => Err(ApiError::conflict(
+            "receipt_leased",
+            "a live lease holds this receipt",
+        )),
+        ReceiptClaim::NotYetVisible => Err(ApiError::conflict(
+            "receipt_not_visible",
+            "this receipt is not due yet",
+        )),
+        ReceiptClaim::NoActiveWork => Err(ApiError::not_found(
+            "no_active_work",
+            "unknown receipt, or it has no active work",
+        )),
+    }
+}

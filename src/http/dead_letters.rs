@@ -1,0 +1,158 @@
+//! Operators inspect dead letters and put them back to work.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{ApiPath, ApiQuery};
+use super::wire;
+use crate::store::{DeadLetter, DeadLetterCursor, ReceiptView};
+
+/// Default and largest page size.
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(get_one))
+        .routes(routes!(redrive))
+}
+
+/// Page parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// 1..=1000, default 100.
+    pub limit: Option<usize>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+}
+
+/// A page of dead letters ordered by `(finalized_at, receipt_id)`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLettersOut {
+    pub dead_letters: Vec<DeadLetter>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+fn encode_cursor(letter: &DeadLetter) -> String {
+    format!(
+        "{}.{}",
+        letter.finalized_at,
+        hex::encode(&letter.receipt_id)
+    )
+}
+
+fn decode_cursor(text: &str) -> Result<DeadLetterCursor, ApiError> {
+    let bad = || {
+        ApiError::validation(
+            "invalid_cursor",
+            "after must be a `next` value from a previous page",
+        )
+    };
+    let (at, id) = text.split_once('.').ok_or_else(bad)?;
+    let at: u64 = at.parse().map_err(|_| bad())?;
+    let id = String::from_utf8(hex::decode(id).map_err(|_| bad())?).map_err(|_| bad())?;
+    if i64::try_from(at).is_err() {
+        return Err(bad());
+    }
+    Ok((at, id))
+}
+
+/// List dead letters, oldest receipt first.
+#[utoipa::path(get, path = "/v1/dead-letters", operation_id = "v1.dead_letters.list", tag = "dead letters",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page", body = DeadLettersOut),
+        (status = 422, description = "Bad limit or cursor", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list(
+    State(app): State<AppState>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<DeadLettersOut>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::validation(
+            "invalid_limit",
+            "limit must be 1..=1000",
+        ));
+    }
+    let after = query.after.as_deref().map(decode_cursor).transpose()?;
+    // One extra row tells whether another page exists.
+    let mut dead_letters = app.store.dead_letters(limit + 1, after).await?;
+    let more = dead_letters.len() > limit;
+    dead_letters.truncate(limit);
+    let next = if more {
+        dead_letters.last().map(encode_cursor)
+    } else {
+        None
+    };
+    Ok(Json(DeadLettersOut { dead_letters, next }))
+}
+
+/// One dead letter.
+#[utoipa::path(get, path = "/v1/dead-letters/{id}", operation_id = "v1.dead_letters.get", tag = "dead letters",
+    params(("id" = String, Path, description = "Receipt id")),
+    responses(
+        (status = 200, description = "The dead letter", body = DeadLetter),
+        (status = 404, description = "Not dead-lettered", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_one(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<DeadLetter>, ApiError> {
+    let id = wire::parse_receipt_id(&id)?;
+    let letter = app.store.dead_letter(&id).await?;
+    letter.map(Json).ok_or_else(|| {
+        ApiError::not_found("dead_letter_not_found", "this receipt is not dead-lettered")
+    })
+}
+
+/// Put a dead letter back to work: pending, attempts 0, history kept.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/redrive", operation_id = "v1.dead_letters.redrive", tag = "dead letters",
+    params(("id" = String, Path, description = "Receipt id")),
+    responses(
+        (status = 200, description = "The receipt, pending again", body = ReceiptView),
+        (status = 404, description = "Not dead-lettered", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn redrive(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    let id = wire::parse_receipt_id(&id)?;
+    let view = app.store.redrive(&id, app.now()).await?;
+    view.map(Json).ok_or_else(|| {
+        ApiError::not_found("dead_letter_not_found", "this receipt is not dead-lettered")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_any_receipt_id() {
+        let letter = DeadLetter {
+            receipt_id: "a.b/é%2F".into(),
+            finalized_at: 7,
+            attempts: 1,
+            code: crate::domain::SettlementFailureCode::Rpc,
+            detail_sha256: String::new(),
+            dead_lettered_at_ms: 0,
+        };
+        let (at, id) = decode_cursor(&encode_cursor(&letter)).unwrap();
+        assert_eq!((at, id.as_str()), (7, "a.b/é%2F"));
+        assert!(decode_cursor("garbage").is_err());
+        assert!(decode_cursor("1.zz").is_err());
+    }
+}

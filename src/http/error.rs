@@ -1,0 +1,195 @@
+//! One API error type: owns the status mapping and the problem+json body
+//! (RFC 9457). A 5xx logs its internals and shows none of them.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::{IdError, SettlementClaimValidationError, SettlementRouteError};
+
+/// An RFC 9457 problem with a stable machine `code` and an error `class`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Problem {
+    /// Always `about:blank`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The HTTP status text.
+    pub title: String,
+    pub status: u16,
+    /// What went wrong, for people.
+    pub detail: String,
+    /// Stable machine code, e.g. `lease_conflict`.
+    pub code: String,
+    /// `validation`, `conflict`, `invalid_record`, `backend`, `not_found` or `auth`.
+    pub class: String,
+}
+
+/// An error answered as problem+json.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    class: &'static str,
+    detail: String,
+}
+
+impl ApiError {
+    fn new(
+        status: StatusCode,
+        code: &'static str,
+        class: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            code,
+            class,
+            detail: detail.into(),
+        }
+    }
+
+    /// 422: a value breaks a bound.
+    pub fn validation(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, "validation", detail)
+    }
+
+    /// 404.
+    pub fn not_found(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, "not_found", detail)
+    }
+
+    /// 409.
+    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, "conflict", detail)
+    }
+
+    /// 503 with class `backend`; `internal` goes to the log only.
+    pub fn unavailable(internal: &str) -> Self {
+        tracing::error!(error = internal, "backend failure");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backend_unavailable",
+            "backend",
+            "the database is unavailable; retry later",
+        )
+    }
+
+    /// The status this error answers with.
+    #[must_use]
+    pub const fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The problem body.
+    #[must_use]
+    pub fn problem(&self) -> Problem {
+        Problem {
+            kind: "about:blank".to_owned(),
+            title: self.status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            code: self.code.to_owned(),
+            class: self.class.to_owned(),
+        }
+    }
+}
+
+impl From<SettlementRouteError> for ApiError {
+    fn from(error: SettlementRouteError) -> Self {
+        match error {
+            SettlementRouteError::Conflict { detail } => Self::conflict("lease_conflict", detail),
+            SettlementRouteError::InvalidRecord { detail } => {
+                tracing::error!(error = detail, "invalid record");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "invalid_record",
+                    "invalid_record",
+                    "a stored value is corrupt or would overflow; nothing was changed",
+                )
+            }
+            SettlementRouteError::Backend { detail } => Self::unavailable(&detail),
+        }
+    }
+}
+
+impl From<SettlementClaimValidationError> for ApiError {
+    fn from(error: SettlementClaimValidationError) -> Self {
+        Self::validation(error.code(), error.to_string())
+    }
+}
+
+impl ApiError {
+    /// A bad receipt id (`what` names the field).
+    pub fn bad_id(code: &'static str, what: &str, error: IdError) -> Self {
+        Self::validation(code, format!("{what} {error}"))
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let text = rejection.body_text();
+        match rejection {
+            JsonRejection::JsonDataError(_) => Self::validation("invalid_body", text),
+            JsonRejection::JsonSyntaxError(_) => Self::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                "validation",
+                text,
+            ),
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "validation",
+                "send the body as JSON with Content-Type: application/json",
+            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "validation",
+                "request bodies are limited to 1 MiB",
+            ),
+            other => Self::new(other.status(), "invalid_body", "validation", text),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::validation("invalid_query", rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        Self::validation("invalid_path", rejection.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.problem()).unwrap_or_default();
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+/// Answer for any path the API does not have.
+pub async fn no_route() -> ApiError {
+    ApiError::not_found("not_found", "no such path")
+}
+
+/// Answer for a known path with a method it does not take.
+pub async fn wrong_method() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "validation",
+        "method not allowed on this path",
+    )
+}

@@ -1,0 +1,146 @@
+//! The HTTP API: routes composed in one place, each module owning its own.
+
+mod claims;
+mod dead_letters;
+pub mod error;
+mod extract;
+mod ops;
+mod outcomes;
+mod receipts;
+pub mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::watch;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::clock::Clock;
+use crate::domain::RetryPolicy;
+use crate::store::SharedStore;
+use error::ApiError;
+
+/// Longest time any request may take; above the longest long-poll wait.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: SharedStore,
+    pub policy: RetryPolicy,
+    pub clock: Arc<dyn Clock>,
+    shutdown: watch::Receiver<bool>,
+    openapi_yaml: Arc<str>,
+}
+
+impl AppState {
+    /// State for one server; `shutdown` turning true ends long-poll waits early.
+    #[must_use]
+    pub fn new(
+        store: SharedStore,
+        policy: RetryPolicy,
+        clock: Arc<dyn Clock>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        let yaml = openapi().to_yaml().unwrap_or_default();
+        Self {
+            store,
+            policy,
+            clock,
+            shutdown,
+            openapi_yaml: yaml.into(),
+        }
+    }
+
+    /// The server clock.
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    async fn shutdown_signal(&self) {
+        let mut rx = self.shutdown.clone();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "settled",
+        description = "Settles payment receipts reliably: producers enqueue receipts, workers claim them \
+            under a lease and report outcomes, and the service routes each outcome atomically \
+            (done, retry later with backoff, or dead-letter). Every error is application/problem+json \
+            with a stable `code` and a `class`."
+    ),
+    tags(
+        (name = "receipts", description = "Enqueue and inspect receipts"),
+        (name = "claims", description = "Lease due work"),
+        (name = "outcomes", description = "Report outcomes; extend or release leases"),
+        (name = "dead letters", description = "Inspect and redrive failed receipts"),
+        (name = "operations", description = "Status, facts, health")
+    )
+)]
+struct ApiDoc;
+
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(receipts::routes())
+        .merge(claims::routes())
+        .merge(outcomes::routes())
+        .merge(dead_letters::routes())
+        .merge(ops::routes())
+}
+
+/// The OpenAPI document, derived from the routes themselves.
+#[must_use]
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = api_router().into_openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    doc
+}
+
+async fn time_limit(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::unavailable("request timed out").into_response(),
+    }
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    ApiError::unavailable("handler panicked").into_response()
+}
+
+/// The whole application.
+pub fn app(state: AppState) -> Router {
+    let (router, doc) = api_router().split_for_parts();
+    router
+        .route("/openapi.yaml", get(ops::openapi_yaml))
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::wrong_method)
+        .with_state(state)
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", {
+            let mut doc = doc;
+            doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+            doc
+        }))
+        .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
+        .layer(middleware::from_fn(time_limit))
+        .layer(CompressionLayer::new())
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TraceLayer::new_for_http())
+}

@@ -1,0 +1,141 @@
+//! Status for dashboards, service facts, health and readiness, the spec.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::ApiQuery;
+use super::wire::{MAX_BATCH_ITEMS, MAX_BODY_BYTES, MAX_OBSERVATION_BYTES, MAX_WAIT_MS};
+use crate::domain::{
+    MAX_ID_BYTES, MAX_SETTLEMENT_CLAIM_BATCH, MAX_SETTLEMENT_LEASE_MS,
+    MAX_SETTLEMENT_WORKER_ID_BYTES, RetryPolicy,
+};
+use crate::store::StatusView;
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(status))
+        .routes(routes!(info))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+}
+
+/// Status parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StatusQuery {
+    /// Receipts sampled per state: 1..=4096, default 256.
+    pub limit: Option<usize>,
+}
+
+/// Counts per state, the age of the oldest due receipt, and samples.
+#[utoipa::path(get, path = "/v1/status", operation_id = "v1.status.get", tag = "operations",
+    params(StatusQuery),
+    responses(
+        (status = 200, description = "The queue at a glance", body = StatusView),
+        (status = 422, description = "Bad limit", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn status(
+    State(app): State<AppState>,
+    ApiQuery(query): ApiQuery<StatusQuery>,
+) -> Result<Json<StatusView>, ApiError> {
+    let limit = query.limit.unwrap_or(256);
+    if limit == 0 || limit > 4096 {
+        return Err(ApiError::validation(
+            "invalid_limit",
+            "limit must be 1..=4096",
+        ));
+    }
+    Ok(Json(app.store.status(app.now(), limit).await?))
+}
+
+/// Bounds a client must respect.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Limits {
+    pub max_worker_id_bytes: usize,
+    pub max_lease_ms: u64,
+    pub max_claim_batch: usize,
+    pub max_receipt_id_bytes: usize,
+    pub max_observation_bytes: usize,
+    pub max_body_bytes: usize,
+    pub max_batch_items: usize,
+    pub max_wait_ms: u64,
+}
+
+/// What this service is and how it is configured.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InfoOut {
+    pub version: String,
+    /// `sqlite` or `postgres`.
+    pub backend: String,
+    /// 64 hex characters identifying the database (the ledger) behind this server.
+    pub store_binding: String,
+    pub retry_policy: RetryPolicy,
+    pub limits: Limits,
+}
+
+/// Version, backend, store binding, retry policy and limits.
+#[utoipa::path(get, path = "/v1/info", operation_id = "v1.info.get", tag = "operations",
+    responses((status = 200, description = "Service facts", body = InfoOut)))]
+async fn info(State(app): State<AppState>) -> Json<InfoOut> {
+    Json(InfoOut {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        backend: app.store.backend().as_str().to_owned(),
+        store_binding: app.store.settlement_store_binding().to_hex(),
+        retry_policy: app.policy,
+        limits: Limits {
+            max_worker_id_bytes: MAX_SETTLEMENT_WORKER_ID_BYTES,
+            max_lease_ms: MAX_SETTLEMENT_LEASE_MS,
+            max_claim_batch: MAX_SETTLEMENT_CLAIM_BATCH,
+            max_receipt_id_bytes: MAX_ID_BYTES,
+            max_observation_bytes: MAX_OBSERVATION_BYTES,
+            max_body_bytes: MAX_BODY_BYTES,
+            max_batch_items: MAX_BATCH_ITEMS,
+            max_wait_ms: MAX_WAIT_MS,
+        },
+    })
+}
+
+/// Health or readiness.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthOut {
+    /// `ok` or `ready`.
+    pub status: String,
+}
+
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", operation_id = "health.alive", tag = "operations",
+    responses((status = 200, description = "Alive", body = HealthOut)))]
+async fn healthz() -> Json<HealthOut> {
+    Json(HealthOut {
+        status: "ok".into(),
+    })
+}
+
+/// The database is reachable and migrated.
+#[utoipa::path(get, path = "/readyz", operation_id = "health.ready", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = HealthOut),
+        (status = 503, description = "Not ready", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn readyz(State(app): State<AppState>) -> Result<Json<HealthOut>, ApiError> {
+    app.store.ping().await?;
+    Ok(Json(HealthOut {
+        status: "ready".into(),
+    }))
+}
+
+/// The committed OpenAPI document, as YAML.
+pub async fn openapi_yaml(State(app): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/yaml")],
+        app.openapi_yaml.to_string(),
+    )
+}

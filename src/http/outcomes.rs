@@ -1,0 +1,173 @@
+//! Workers report outcomes (one, or a batch judged item by item) and keep or
+//! give back their leases.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::wire::{self, OutcomeRequest, OutcomeResult};
+use crate::domain::{LeaseMs, SettlementAttemptClaim, SettlementRoute};
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(record_one))
+        .routes(routes!(record_batch))
+        .routes(routes!(extend_lease, release_lease))
+}
+
+/// Record the outcome of a claimed receipt.
+///
+/// Succeeds only if the claim still matches the stored row exactly and its
+/// lease has not expired; otherwise 409 and nothing changes.
+#[utoipa::path(post, path = "/v1/receipts/{id}/outcome", operation_id = "v1.receipts.outcome", tag = "outcomes",
+    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id")),
+    request_body = OutcomeRequest,
+    responses(
+        (status = 200, description = "What the store did", body = SettlementRoute),
+        (status = 409, description = "Stale, forged or expired claim, or no active work", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid, or path id differs from claim.receipt_id", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn record_one(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<OutcomeRequest>,
+) -> Result<Json<SettlementRoute>, ApiError> {
+    wire::parse_receipt_id(&id)?;
+    let (claim, outcome) = body.parse(Some(&id))?;
+    let route = app
+        .store
+        .record_claimed_outcome(&claim, &outcome, app.policy, app.now())
+        .await?;
+    Ok(Json(route))
+}
+
+/// A batch of outcomes.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeBatchIn {
+    /// 1..=1024 items, each judged on its own, in order.
+    #[schema(value_type = Vec<OutcomeRequest>)]
+    pub outcomes: Vec<Value>,
+}
+
+/// One result per item, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutcomeBatchOut {
+    pub results: Vec<OutcomeResult>,
+}
+
+/// Record up to 1024 outcomes in one durable commit, each judged on its own.
+#[utoipa::path(post, path = "/v1/outcomes", operation_id = "v1.outcomes.batch", tag = "outcomes",
+    request_body = OutcomeBatchIn,
+    responses(
+        (status = 200, description = "One result per item, in order", body = OutcomeBatchOut),
+        (status = 422, description = "Malformed batch", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn record_batch(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<OutcomeBatchIn>,
+) -> Result<Json<OutcomeBatchOut>, ApiError> {
+    wire::check_batch_len(body.outcomes.len())?;
+    let mut results = Vec::with_capacity(body.outcomes.len());
+    let mut valid = Vec::new();
+    for item in body.outcomes {
+        let receipt_id = wire::item_receipt_id(&item, &["claim", "receipt_id"]);
+        match wire::parse_item::<OutcomeRequest>(item).and_then(|r| r.parse(None)) {
+            Ok(pair) => valid.push((results.len(), pair)),
+            Err(e) => {
+                results.push(OutcomeResult {
+                    receipt_id: receipt_id.clone(),
+                    route: None,
+                    error: Some(e.problem()),
+                });
+                continue;
+            }
+        }
+        results.push(OutcomeResult {
+            receipt_id,
+            route: None,
+            error: None,
+        });
+    }
+    let pairs: Vec<_> = valid.iter().map(|(_, p)| p.clone()).collect();
+    let routed = if pairs.is_empty() {
+        Vec::new()
+    } else {
+        app.store
+            .record_claimed_outcomes(&pairs, app.policy, app.now())
+            .await?
+    };
+    for ((index, _), result) in valid.iter().zip(routed) {
+        match result {
+            Ok(route) => results[*index].route = Some(route),
+            Err(e) => results[*index].error = Some(ApiError::from(e).problem()),
+        }
+    }
+    Ok(Json(OutcomeBatchOut { results }))
+}
+
+/// Extend a lease (heartbeat).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseExtendIn {
+    pub claim: SettlementAttemptClaim,
+    /// New lease length from now: 1..=86400000 ms.
+    pub extend_ms: u64,
+}
+
+/// Give a lease back.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseReleaseIn {
+    pub claim: SettlementAttemptClaim,
+}
+
+/// Extend a live lease to now + `extend_ms`; token and version stay the same.
+#[utoipa::path(post, path = "/v1/receipts/{id}/lease", operation_id = "v1.receipts.lease.extend", tag = "outcomes",
+    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id")),
+    request_body = LeaseExtendIn,
+    responses(
+        (status = 200, description = "The claim with its new lease_until_ms", body = SettlementAttemptClaim),
+        (status = 409, description = "Stale, forged or expired claim", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn extend_lease(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<LeaseExtendIn>,
+) -> Result<Json<SettlementAttemptClaim>, ApiError> {
+    wire::parse_receipt_id(&id)?;
+    let claim = wire::parse_claim(body.claim, Some(&id))?;
+    let extend = LeaseMs::try_from(body.extend_ms)?;
+    Ok(Json(
+        app.store.extend_lease(&claim, extend, app.now()).await?,
+    ))
+}
+
+/// Release a live lease without using up an attempt: the receipt is due again at once.
+#[utoipa::path(delete, path = "/v1/receipts/{id}/lease", operation_id = "v1.receipts.lease.release", tag = "outcomes",
+    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id")),
+    request_body = LeaseReleaseIn,
+    responses(
+        (status = 204, description = "Released"),
+        (status = 409, description = "Stale, forged or expired claim", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn release_lease(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<LeaseReleaseIn>,
+) -> Result<StatusCode, ApiError> {
+    wire::parse_receipt_id(&id)?;
+    let claim = wire::parse_claim(body.claim, Some(&id))?;
+    app.store.release_lease(&claim, app.now()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,156 @@
+//! Producers hand over receipts; anyone may look one up.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::wire::{self, ReceiptIn};
+use crate::store::{Enqueued, ReceiptView};
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(enqueue))
+        .routes(routes!(enqueue_batch))
+        .routes(routes!(get_receipt))
+}
+
+/// Enqueue one finalized receipt.
+///
+/// Idempotent: the same receipt again (same `finalized_at` and observation)
+/// answers 200 and changes nothing, whatever state it is in.
+#[utoipa::path(post, path = "/v1/receipts", operation_id = "v1.receipts.create", tag = "receipts",
+    request_body = ReceiptIn,
+    responses(
+        (status = 201, description = "Stored", body = ReceiptView),
+        (status = 200, description = "An identical receipt was already known", body = ReceiptView),
+        (status = 409, description = "Same id, different content", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn enqueue(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<ReceiptIn>,
+) -> Result<(StatusCode, Json<ReceiptView>), ApiError> {
+    let receipt = body.parse()?;
+    let now = app.now();
+    let status = match app.store.enqueue_one(&receipt, now).await? {
+        Enqueued::Created => StatusCode::CREATED,
+        Enqueued::Existing => StatusCode::OK,
+        Enqueued::Conflict => {
+            return Err(ApiError::conflict(
+                "receipt_conflict",
+                "a receipt with this id exists with different content",
+            ));
+        }
+    };
+    let view = app.store.receipt(&receipt.receipt_id, now).await?;
+    let view = view.ok_or_else(|| ApiError::unavailable("enqueued receipt not readable"))?;
+    Ok((status, Json(view)))
+}
+
+/// A batch of receipts to enqueue.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptBatchIn {
+    /// 1..=1024 receipts, each judged on its own.
+    #[schema(value_type = Vec<ReceiptIn>)]
+    pub receipts: Vec<Value>,
+}
+
+/// What happened to one receipt of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReceiptBatchResult {
+    /// The item's `receipt_id`, when it had one.
+    pub receipt_id: Option<String>,
+    /// `created`, `existing`, `conflict` or `invalid`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Problem>,
+}
+
+/// Results in the order of the request.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReceiptBatchOut {
+    pub results: Vec<ReceiptBatchResult>,
+}
+
+/// Enqueue up to 1024 receipts in one durable commit, each judged on its own.
+#[utoipa::path(post, path = "/v1/receipts/batch", operation_id = "v1.receipts.batch", tag = "receipts",
+    request_body = ReceiptBatchIn,
+    responses(
+        (status = 200, description = "One result per item, in order", body = ReceiptBatchOut),
+        (status = 422, description = "Malformed batch", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn enqueue_batch(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<ReceiptBatchIn>,
+) -> Result<Json<ReceiptBatchOut>, ApiError> {
+    wire::check_batch_len(body.receipts.len())?;
+    let mut results = Vec::with_capacity(body.receipts.len());
+    let mut valid = Vec::new();
+    for item in body.receipts {
+        let receipt_id = wire::item_receipt_id(&item, &["receipt_id"]);
+        match wire::parse_item::<ReceiptIn>(item).and_then(ReceiptIn::parse) {
+            Ok(receipt) => {
+                valid.push((results.len(), receipt));
+                results.push(ReceiptBatchResult {
+                    receipt_id,
+                    status: String::new(),
+                    error: None,
+                });
+            }
+            Err(e) => results.push(ReceiptBatchResult {
+                receipt_id,
+                status: "invalid".into(),
+                error: Some(e.problem()),
+            }),
+        }
+    }
+    let receipts: Vec<_> = valid.iter().map(|(_, r)| r.clone()).collect();
+    let outcomes = if receipts.is_empty() {
+        Vec::new()
+    } else {
+        app.store.enqueue(&receipts, app.now()).await?
+    };
+    for ((index, _), outcome) in valid.iter().zip(outcomes) {
+        let result = &mut results[*index];
+        match outcome {
+            Enqueued::Created => result.status = "created".into(),
+            Enqueued::Existing => result.status = "existing".into(),
+            Enqueued::Conflict => {
+                result.status = "conflict".into();
+                let e = ApiError::conflict(
+                    "receipt_conflict",
+                    "a receipt with this id exists with different content",
+                );
+                result.error = Some(e.problem());
+            }
+        }
+    }
+    Ok(Json(ReceiptBatchOut { results }))
+}
+
+/// A receipt's state and history (never its lease token).
+#[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "v1.receipts.get", tag = "receipts",
+    params(("id" = String, Path, description = "Receipt id")),
+    responses(
+        (status = 200, description = "The receipt", body = ReceiptView),
+        (status = 404, description = "Unknown receipt", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_receipt(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    let id = wire::parse_receipt_id(&id)?;
+    let view = app.store.receipt(&id, app.now()).await?;
+    view.map(Json)
+        .ok_or_else(|| ApiError::not_found("receipt_not_found", "no receipt with this id"))
+}

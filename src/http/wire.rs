@@ -1,0 +1,224 @@
+//! Request bodies as they arrive, and their parsing into domain values.
+//! Everything a handler passes to the store has been checked here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
+use crate::domain::{
+    ReceiptId, SettlementAttemptClaim, SettlementFailureCode, SettlementFailureReason,
+    SettlementRoute, SettlementRoutingInput, SettlementSkipReason, TranscriptId, WorkerId,
+};
+use crate::store::NewReceipt;
+
+/// Largest serialized observation, in bytes.
+pub const MAX_OBSERVATION_BYTES: usize = 64 * 1024;
+/// Largest request body, in bytes.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Most items in one batch request.
+pub const MAX_BATCH_ITEMS: usize = 1024;
+/// Longest long-poll wait, in ms.
+pub const MAX_WAIT_MS: u64 = 20_000;
+
+/// A receipt handed over by a producer.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptIn {
+    /// 1..=512 UTF-8 bytes, no control characters.
+    pub receipt_id: String,
+    /// Unix seconds of the receipt (0..=9223372036854775807).
+    pub finalized_at: u64,
+    /// What a worker needs to settle it: a JSON object (at most 64 KiB), or null.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub observation: Option<Value>,
+    /// When it becomes due (server ms); default now. A past value is due at once.
+    #[serde(default)]
+    pub visible_at_ms: Option<u64>,
+}
+
+fn fits_i64(value: u64) -> bool {
+    i64::try_from(value).is_ok()
+}
+
+impl ReceiptIn {
+    /// Check every field.
+    pub fn parse(self) -> Result<NewReceipt, ApiError> {
+        let receipt_id = parse_receipt_id(&self.receipt_id)?;
+        if !fits_i64(self.finalized_at) {
+            return Err(ApiError::validation(
+                "invalid_finalized_at",
+                "finalized_at must be at most 9223372036854775807",
+            ));
+        }
+        let observation = match self.observation {
+            None | Some(Value::Null) => None,
+            Some(obj @ Value::Object(_)) => {
+                if obj.to_string().len() > MAX_OBSERVATION_BYTES {
+                    return Err(ApiError::validation(
+                        "observation_too_large",
+                        "observation must be at most 64 KiB of JSON",
+                    ));
+                }
+                Some(obj)
+            }
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "invalid_observation",
+                    "observation must be a JSON object or null",
+                ));
+            }
+        };
+        if self.visible_at_ms.is_some_and(|v| !fits_i64(v)) {
+            return Err(ApiError::validation(
+                "invalid_visible_at_ms",
+                "visible_at_ms must be at most 9223372036854775807",
+            ));
+        }
+        Ok(NewReceipt {
+            receipt_id,
+            finalized_at: self.finalized_at,
+            observation,
+            visible_at_ms: self.visible_at_ms,
+        })
+    }
+}
+
+/// A receipt id from a path or body.
+pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
+    ReceiptId::parse(value).map_err(|e| ApiError::bad_id("invalid_receipt_id", "receipt_id", e))
+}
+
+/// What a worker reports after trying to settle a receipt.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OutcomeIn {
+    /// The rail accepted the settlement.
+    Accepted {
+        /// The rail's transcript id: 1..=512 bytes, no control characters.
+        transcript_id: String,
+    },
+    /// No settlement is needed.
+    Skipped { reason: SettlementSkipReason },
+    /// It may succeed later (only `rpc` and `backend` are really retried).
+    Retryable {
+        code: SettlementFailureCode,
+        /// Free text; only its SHA-256 is stored.
+        #[serde(default)]
+        detail: String,
+    },
+    /// It will never succeed.
+    Permanent {
+        code: SettlementFailureCode,
+        /// Free text; only its SHA-256 is stored.
+        #[serde(default)]
+        detail: String,
+    },
+}
+
+impl OutcomeIn {
+    /// Normalize; the detail text becomes its digest here and goes no further.
+    pub fn parse(self) -> Result<SettlementRoutingInput, ApiError> {
+        Ok(match self {
+            Self::Accepted { transcript_id } => SettlementRoutingInput::Accepted {
+                transcript_id: TranscriptId::parse(&transcript_id)
+                    .map_err(|e| ApiError::bad_id("invalid_transcript_id", "transcript_id", e))?,
+            },
+            Self::Skipped { reason } => SettlementRoutingInput::Skipped { reason },
+            Self::Retryable { code, detail } => SettlementRoutingInput::Retryable {
+                reason: SettlementFailureReason::new(code, &detail),
+            },
+            Self::Permanent { code, detail } => SettlementRoutingInput::Permanent {
+                reason: SettlementFailureReason::new(code, &detail),
+            },
+        })
+    }
+}
+
+/// Check a claim sent back by a worker; `path_id` is the id in the URL, if any.
+pub fn parse_claim(
+    claim: SettlementAttemptClaim,
+    path_id: Option<&str>,
+) -> Result<SettlementAttemptClaim, ApiError> {
+    parse_receipt_id(&claim.receipt_id)?;
+    if path_id.is_some_and(|id| id != claim.receipt_id) {
+        return Err(ApiError::validation(
+            "receipt_id_mismatch",
+            "the path id and claim.receipt_id differ",
+        ));
+    }
+    WorkerId::parse(&claim.lease_owner)?;
+    if claim.lease_token.is_empty() || claim.lease_token.len() > 256 {
+        return Err(ApiError::validation(
+            "invalid_claim",
+            "claim.lease_token must be 1..=256 bytes",
+        ));
+    }
+    if ![claim.finalized_at, claim.row_version, claim.lease_until_ms]
+        .into_iter()
+        .all(fits_i64)
+    {
+        return Err(ApiError::validation(
+            "invalid_claim",
+            "claim integers must be at most 9223372036854775807",
+        ));
+    }
+    Ok(claim)
+}
+
+/// One claim and its outcome.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeRequest {
+    /// The claim exactly as received.
+    pub claim: SettlementAttemptClaim,
+    pub outcome: OutcomeIn,
+}
+
+impl OutcomeRequest {
+    /// Check both parts.
+    pub fn parse(
+        self,
+        path_id: Option<&str>,
+    ) -> Result<(SettlementAttemptClaim, SettlementRoutingInput), ApiError> {
+        Ok((parse_claim(self.claim, path_id)?, self.outcome.parse()?))
+    }
+}
+
+/// Check a batch's size.
+pub fn check_batch_len(len: usize) -> Result<(), ApiError> {
+    if len == 0 || len > MAX_BATCH_ITEMS {
+        return Err(ApiError::validation(
+            "batch_size",
+            "a batch holds 1..=1024 items",
+        ));
+    }
+    Ok(())
+}
+
+/// Parse one batch item on its own, so one bad item does not refuse the rest.
+pub fn parse_item<T: serde::de::DeserializeOwned>(item: Value) -> Result<T, ApiError> {
+    serde_json::from_value(item).map_err(|e| ApiError::validation("invalid_body", e.to_string()))
+}
+
+/// The `receipt_id` of a batch item, when it has a usable one.
+#[must_use]
+pub fn item_receipt_id(item: &Value, path: &[&str]) -> Option<String> {
+    let mut at = item;
+    for key in path {
+        at = at.get(key)?;
+    }
+    at.as_str().map(str::to_owned)
+}
+
+/// The result of one item of `POST /v1/outcomes`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OutcomeResult {
+    /// The item's `claim.receipt_id`, when it had one.
+    pub receipt_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<SettlementRoute>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Problem>,
+}

@@ -1,0 +1,105 @@
+//! Start-up and graceful shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::clock::SystemClock;
+use crate::config::ServeArgs;
+use crate::http::{AppState, app};
+use crate::store::open_store;
+
+/// Why the service did not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("invalid retry policy: {0}")]
+    Policy(#[from] crate::domain::RetryPolicyError),
+    #[error("cannot open the database: {0}")]
+    Store(#[from] crate::domain::SettlementRouteError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "refusing to listen on {0}: without tokens settled is anonymous and only listens on loopback \
+         (e.g. 127.0.0.1:8080). Bearer-token access control is not available in this version, so \
+         run it behind a trusted proxy on loopback"
+    )]
+    AnonymousNonLoopback(std::net::SocketAddr),
+    #[error(
+        "access control (--token / SETTLED_TOKENS) is not available in this version; remove the tokens"
+    )]
+    TokensUnsupported,
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Check the configuration, open the store, bind, and serve until `stop` resolves.
+pub async fn run(
+    args: &ServeArgs,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let policy = args.retry_policy();
+    policy.validate()?;
+    if !args.tokens.is_empty() {
+        return Err(StartError::TokensUnsupported);
+    }
+    if !args.listen.ip().is_loopback() {
+        return Err(StartError::AnonymousNonLoopback(args.listen));
+    }
+    let store = open_store(&args.database_url, &args.postgres()).await?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: args.listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(StartError::Serve)?;
+    tracing::info!(address = %local, backend = store.backend().as_str(), "settled listening on http://{local}");
+    let (tx, rx) = watch::channel(false);
+    let state = AppState::new(store, policy, Arc::new(SystemClock), rx);
+    serve(listener, state, async move {
+        stop.await;
+        tracing::info!("shutting down: finishing requests in flight");
+        let _ = tx.send(true);
+    })
+    .await
+    .map_err(StartError::Serve)
+}
+
+/// Serve `state` on `listener` until `stop` resolves, then finish requests in flight.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
