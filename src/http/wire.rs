@@ -25,7 +25,7 @@ pub const MAX_WAIT_MS: u64 = 20_000;
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptIn {
-    /// 1..=512 UTF-8 bytes, no control characters.
+    /// 1..=512 UTF-8 bytes, no control characters, not `.` or `..`.
     pub receipt_id: String,
     /// Unix seconds of the receipt (0..=9223372036854775807).
     pub finalized_at: u64,
@@ -85,8 +85,15 @@ impl ReceiptIn {
     }
 }
 
-/// A receipt id from a path or body.
+/// A receipt id from a path or body. `.` and `..` are refused too: URL
+/// clients normalize them away, so such a receipt could never be looked up.
 pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
+    if value == "." || value == ".." {
+        return Err(ApiError::validation(
+            "invalid_receipt_id",
+            "receipt_id must not be `.` or `..` (they cannot be addressed in a URL path)",
+        ));
+    }
     ReceiptId::parse(value).map_err(|e| ApiError::bad_id("invalid_receipt_id", "receipt_id", e))
 }
 

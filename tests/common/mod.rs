@@ -1,6 +1,8 @@
 //! Test support: a fresh database per test on every backend.
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::sync::Arc;
 
 use settled::store::postgres::{PostgresOptions, PostgresStore};
@@ -25,7 +27,11 @@ pub async fn fresh_sqlite() -> Fresh {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite:{}", dir.path().join("settled.db").display());
     let store: SharedStore = Arc::new(SqliteStore::open(&url).await.expect("open sqlite"));
-    Fresh { store, url, _dir: Some(dir) }
+    Fresh {
+        store,
+        url,
+        _dir: Some(dir),
+    }
 }
 
 /// A fresh PostgreSQL store on a database of its own, or `None` (with a
@@ -35,7 +41,11 @@ pub async fn fresh_postgres() -> Option<Fresh> {
     let store = PostgresStore::open(&url, &PostgresOptions::default())
         .await
         .expect("open postgres");
-    Some(Fresh { store, url, _dir: None })
+    Some(Fresh {
+        store,
+        url,
+        _dir: None,
+    })
 }
 
 /// Create an empty database on the test server and return its URL.
@@ -47,12 +57,16 @@ pub async fn fresh_postgres_url() -> Option<String> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("rng");
     let name = format!("settled_test_{}", hex::encode(bytes));
-    let mut admin = sqlx::PgConnection::connect(&base).await.expect("connect to test postgres");
+    let mut admin = sqlx::PgConnection::connect(&base)
+        .await
+        .expect("connect to test postgres");
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut admin)
         .await
         .expect("create test database");
-    let (prefix, _) = base.rsplit_once('/').expect("postgres URL with a database name");
+    let (prefix, _) = base
+        .rsplit_once('/')
+        .expect("postgres URL with a database name");
     Some(format!("{prefix}/{name}"))
 }
 
@@ -82,7 +96,9 @@ pub async fn raw_exec(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {
 pub async fn raw_exec_unchecked(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {
     if fresh.url.starts_with("sqlite:") {
         let mut conn = sqlx::SqliteConnection::connect(&fresh.url).await?;
-        sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut conn).await?;
+        sqlx::query("PRAGMA ignore_check_constraints = ON")
+            .execute(&mut conn)
+            .await?;
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
     } else {
@@ -93,7 +109,8 @@ pub async fn raw_exec_unchecked(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::E
         .fetch_all(&mut conn)
         .await?;
         for (name,) in names {
-            let drop = sqlx::AssertSqlSafe(format!("ALTER TABLE receipts DROP CONSTRAINT \"{name}\""));
+            let drop =
+                sqlx::AssertSqlSafe(format!("ALTER TABLE receipts DROP CONSTRAINT \"{name}\""));
             sqlx::query(drop).execute(&mut conn).await?;
         }
         let sql = sqlx::AssertSqlSafe(sql.to_owned());

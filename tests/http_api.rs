@@ -1,0 +1,17 @@
+//! HTTP end-to-end tests on a real listener, every endpoint and status code
+//! of API.md, run once per backend.
+
+mod common;
+
+#[path = "http_api/claims.rs"]
+mod claims;
+#[path = "http_api/dead_letters.rs"]
+mod dead_letters;
+#[path = "http_api/errors.rs"]
+mod errors;
+#[path = "http_api/operations.rs"]
+mod operations;
+#[path = "http_api/outcomes.rs"]
+mod outcomes;
+#[path = "http_api/receipts.rs"]
+mod receipts;
