@@ -1,0 +1,119 @@
+//! The real `settled` binary: start-up checks, serving, graceful shutdown.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn settled() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_settled"));
+    cmd.env_remove("SETTLED_DATABASE_URL").env_remove("SETTLED_LISTEN").env_remove("SETTLED_TOKENS");
+    cmd
+}
+
+/// Start the binary on an ephemeral port and return it with its base URL.
+fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
+    let mut child = settled()
+        .current_dir(dir)
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn settled");
+    let stdout = child.stdout.take().expect("stdout");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("log line");
+        let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+        if let Some(address) = entry["fields"]["address"].as_str() {
+            return (child, format!("http://{address}"));
+        }
+    }
+    panic!("settled exited without listening");
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, base) = start(dir.path(), &[]);
+    assert!(dir.path().join("settled.db").exists(), "settled.db created in the working directory");
+    let client = reqwest::Client::new();
+    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+    let created = client
+        .post(format!("{base}/v1/receipts"))
+        .json(&serde_json::json!({"receipt_id": "r-1", "finalized_at": 1764460800}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    sigterm(&child);
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}");
+
+    // The receipt survived the restart.
+    let (mut child, base) = start(dir.path(), &[]);
+    let view: serde_json::Value = client.get(format!("{base}/v1/receipts/r-1")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(view["state"], "pending");
+    child.kill().unwrap();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn a_sigterm_during_a_long_poll_answers_it_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, base) = start(dir.path(), &[]);
+    let client = reqwest::Client::new();
+    let poll = tokio::spawn(async move {
+        client
+            .post(format!("{base}/v1/claims"))
+            .json(&serde_json::json!({"worker_id": "w", "lease_ms": 1000, "limit": 1, "wait_ms": 20000}))
+            .send()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    sigterm(&child);
+    let response = poll.await.unwrap().expect("the waiting claim is answered, not cut");
+    assert_eq!(response.status().as_u16(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["claims"], serde_json::json!([]));
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert!(status.success());
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown did not wait out the 20 s poll");
+}
+
+fn refuses(args: &[&str], needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = settled().current_dir(dir.path()).args(args).output().expect("run settled");
+    assert!(!out.status.success(), "{args:?} should be refused");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(needle), "{args:?}: stderr lacks {needle:?}: {stderr}");
+    assert!(!dir.path().join("settled.db").exists(), "nothing created when refused");
+}
+
+#[test]
+fn an_invalid_retry_policy_is_refused_naming_the_rule() {
+    refuses(&["--max-retries", "33"], "max_retries must be 0..=32");
+    refuses(&["--initial-backoff-ms", "0"], "initial_backoff_ms must be 1..=backoff_cap_ms");
+    refuses(&["--backoff-multiplier", "17"], "backoff_multiplier must be 1..=16");
+    refuses(&["--backoff-cap-ms", "86400001"], "backoff_cap_ms must be 1..=86400000");
+}
+
+#[test]
+fn anonymous_service_refuses_non_loopback_addresses_and_unknown_schemes() {
+    refuses(&["--listen", "0.0.0.0:0"], "loopback");
+    refuses(&["--database-url", "mysql://x"], "unknown database URL scheme");
+}
+
+#[test]
+fn openapi_subcommand_prints_the_committed_document() {
+    let out = settled().arg("openapi").output().unwrap();
+    assert!(out.status.success());
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), committed);
+}
