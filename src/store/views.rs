@@ -110,7 +110,7 @@ pub struct ReceiptView {
     pub receipt_id: String,
     pub finalized_at: u64,
     pub state: ReceiptState,
-    /// Invocations recorded so far (total invocations once dead-lettered).
+    /// Failed attempts so far; once dead-lettered, the total number of invocations.
     pub attempts: u32,
     pub row_version: u64,
     /// When the receipt is next due; null once finished.
