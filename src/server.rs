@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::clock::SystemClock;
 use crate::config::ServeArgs;
+use crate::http::auth::Tokens;
 use crate::http::{AppState, app};
 use crate::store::open_store;
 
@@ -25,15 +26,13 @@ pub enum StartError {
         source: std::io::Error,
     },
     #[error(
-        "refusing to listen on {0}: without tokens settled is anonymous and only listens on loopback \
-         (e.g. 127.0.0.1:8080). Bearer-token access control is not available in this version, so \
-         run it behind a trusted proxy on loopback"
+        "refusing to listen on {0}: without tokens settled is anonymous and only listens on loopback. \
+         Configure bearer tokens with --token ROLE:TOKEN (repeatable) or \
+         SETTLED_TOKENS=ROLE:TOKEN,ROLE:TOKEN (roles: producer, worker, reader, operator)"
     )]
     AnonymousNonLoopback(std::net::SocketAddr),
-    #[error(
-        "access control (--token / SETTLED_TOKENS) is not available in this version; remove the tokens"
-    )]
-    TokensUnsupported,
+    #[error("invalid token: {0}")]
+    Token(#[from] crate::http::auth::TokenError),
     #[error("server failed: {0}")]
     Serve(std::io::Error),
 }
@@ -45,10 +44,8 @@ pub async fn run(
 ) -> Result<(), StartError> {
     let policy = args.retry_policy();
     policy.validate()?;
-    if !args.tokens.is_empty() {
-        return Err(StartError::TokensUnsupported);
-    }
-    if !args.listen.ip().is_loopback() {
+    let tokens = Tokens::parse(&args.tokens)?;
+    if tokens.is_empty() && !args.listen.ip().is_loopback() {
         return Err(StartError::AnonymousNonLoopback(args.listen));
     }
     let store = open_store(&args.database_url, &args.postgres()).await?;
@@ -61,7 +58,7 @@ pub async fn run(
     let local = listener.local_addr().map_err(StartError::Serve)?;
     tracing::info!(address = %local, backend = store.backend().as_str(), "settled listening on http://{local}");
     let (tx, rx) = watch::channel(false);
-    let state = AppState::new(store, policy, Arc::new(SystemClock), rx);
+    let state = AppState::new(store, policy, Arc::new(SystemClock), rx).with_tokens(tokens);
     serve(listener, state, async move {
         stop.await;
         tracing::info!("shutting down: finishing requests in flight");

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 fn settled() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_settled"));
-    cmd.env_remove("SETTLED_DATABASE_URL").env_remove("SETTLED_LISTEN").env_remove("SETTLED_TOKENS");
+    cmd.env_remove("SETTLED_DATABASE_URL")
+        .env_remove("SETTLED_LISTEN")
+        .env_remove("SETTLED_TOKENS");
     cmd
 }
 
@@ -28,11 +30,16 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
             return (child, format!("http://{address}"));
         }
     }
-    panic!("settled exited without listening");
+    let _ = child.kill();
+    let status = child.wait();
+    panic!("settled exited without listening: {status:?}");
 }
 
 fn sigterm(child: &Child) {
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success());
 }
 
@@ -40,7 +47,10 @@ fn sigterm(child: &Child) {
 async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = start(dir.path(), &[]);
-    assert!(dir.path().join("settled.db").exists(), "settled.db created in the working directory");
+    assert!(
+        dir.path().join("settled.db").exists(),
+        "settled.db created in the working directory"
+    );
     let client = reqwest::Client::new();
     let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(ready.status().as_u16(), 200);
@@ -52,12 +62,22 @@ async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
         .unwrap();
     assert_eq!(created.status().as_u16(), 201);
     sigterm(&child);
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 
     // The receipt survived the restart.
     let (mut child, base) = start(dir.path(), &[]);
-    let view: serde_json::Value = client.get(format!("{base}/v1/receipts/r-1")).send().await.unwrap().json().await.unwrap();
+    let view: serde_json::Value = client
+        .get(format!("{base}/v1/receipts/r-1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(view["state"], "pending");
     child.kill().unwrap();
     let _ = child.wait();
@@ -78,42 +98,124 @@ async fn a_sigterm_during_a_long_poll_answers_it_and_exits() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = std::time::Instant::now();
     sigterm(&child);
-    let response = poll.await.unwrap().expect("the waiting claim is answered, not cut");
+    let response = poll
+        .await
+        .unwrap()
+        .expect("the waiting claim is answered, not cut");
     assert_eq!(response.status().as_u16(), 200);
     let body: serde_json::Value = response.json().await.unwrap();
     assert_eq!(body["claims"], serde_json::json!([]));
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success());
-    assert!(started.elapsed() < Duration::from_secs(10), "shutdown did not wait out the 20 s poll");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown did not wait out the 20 s poll"
+    );
 }
 
 fn refuses(args: &[&str], needle: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let out = settled().current_dir(dir.path()).args(args).output().expect("run settled");
+    let out = settled()
+        .current_dir(dir.path())
+        .args(args)
+        .output()
+        .expect("run settled");
     assert!(!out.status.success(), "{args:?} should be refused");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(needle), "{args:?}: stderr lacks {needle:?}: {stderr}");
-    assert!(!dir.path().join("settled.db").exists(), "nothing created when refused");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: stderr lacks {needle:?}: {stderr}"
+    );
+    assert!(
+        !dir.path().join("settled.db").exists(),
+        "nothing created when refused"
+    );
 }
 
 #[test]
 fn an_invalid_retry_policy_is_refused_naming_the_rule() {
     refuses(&["--max-retries", "33"], "max_retries must be 0..=32");
-    refuses(&["--initial-backoff-ms", "0"], "initial_backoff_ms must be 1..=backoff_cap_ms");
-    refuses(&["--backoff-multiplier", "17"], "backoff_multiplier must be 1..=16");
-    refuses(&["--backoff-cap-ms", "86400001"], "backoff_cap_ms must be 1..=86400000");
+    refuses(
+        &["--initial-backoff-ms", "0"],
+        "initial_backoff_ms must be 1..=backoff_cap_ms",
+    );
+    refuses(
+        &["--backoff-multiplier", "17"],
+        "backoff_multiplier must be 1..=16",
+    );
+    refuses(
+        &["--backoff-cap-ms", "86400001"],
+        "backoff_cap_ms must be 1..=86400000",
+    );
 }
 
 #[test]
 fn anonymous_service_refuses_non_loopback_addresses_and_unknown_schemes() {
     refuses(&["--listen", "0.0.0.0:0"], "loopback");
-    refuses(&["--database-url", "mysql://x"], "unknown database URL scheme");
+    refuses(
+        &["--database-url", "mysql://x"],
+        "unknown database URL scheme",
+    );
+    refuses(
+        &["--token", "admin:0123456789abcdef"],
+        "unknown role `admin`",
+    );
+    refuses(&["--token", "worker:short"], "16..=256");
+}
+
+#[tokio::test]
+async fn with_tokens_it_listens_anywhere_and_requires_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = settled()
+        .current_dir(dir.path())
+        .env(
+            "SETTLED_TOKENS",
+            "worker:worker-secret-0123456789,operator:operator-secret-0123",
+        )
+        .args(["--listen", "0.0.0.0:0", "--log-format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut port = None;
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+        lines.push(line.clone());
+        if let Some(address) = entry["fields"]["address"].as_str() {
+            port = address.rsplit(':').next().map(str::to_owned);
+            break;
+        }
+    }
+    let base = format!("http://127.0.0.1:{}", port.expect("listening"));
+    let client = reqwest::Client::new();
+    let none = client.get(format!("{base}/v1/info")).send().await.unwrap();
+    assert_eq!(none.status().as_u16(), 401);
+    let ok = client
+        .get(format!("{base}/v1/info"))
+        .bearer_auth("worker-secret-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(
+        lines.iter().all(|l| !l.contains("secret")),
+        "tokens are never logged"
+    );
 }
 
 #[test]
 fn openapi_subcommand_prints_the_committed_document() {
     let out = settled().arg("openapi").output().unwrap();
     assert!(out.status.success());
-    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), committed);
 }

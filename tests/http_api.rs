@@ -3,6 +3,8 @@
 
 mod common;
 
+#[path = "http_api/access.rs"]
+mod access;
 #[path = "http_api/claims.rs"]
 mod claims;
 #[path = "http_api/dead_letters.rs"]

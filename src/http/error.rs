@@ -60,6 +60,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, code, "not_found", detail)
     }
 
+    /// 401 or 403 with class `auth`.
+    pub fn auth(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(status, code, "auth", detail)
+    }
+
     /// 409.
     pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, "conflict", detail)

@@ -1,5 +1,6 @@
 //! The HTTP API: routes composed in one place, each module owning its own.
 
+pub mod auth;
 mod claims;
 mod dead_letters;
 pub mod error;
@@ -41,6 +42,7 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     shutdown: watch::Receiver<bool>,
     openapi_yaml: Arc<str>,
+    tokens: auth::Tokens,
 }
 
 impl AppState {
@@ -59,7 +61,15 @@ impl AppState {
             clock,
             shutdown,
             openapi_yaml: yaml.into(),
+            tokens: auth::Tokens::default(),
         }
+    }
+
+    /// Require these bearer tokens on `/v1` (none: anonymous access).
+    #[must_use]
+    pub fn with_tokens(mut self, tokens: auth::Tokens) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// The server clock.
@@ -127,6 +137,7 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 
 /// The whole application.
 pub fn app(state: AppState) -> Router {
+    let tokens = state.tokens.clone();
     let (router, doc) = api_router().split_for_parts();
     router
         .route("/openapi.yaml", get(ops::openapi_yaml))
@@ -138,6 +149,7 @@ pub fn app(state: AppState) -> Router {
             doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
             doc
         }))
+        .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
         .layer(middleware::from_fn(time_limit))
         .layer(CompressionLayer::new())

@@ -582,7 +582,7 @@ impl SettlementOutcomeStore for SqliteStore {
         .await?;
         let mut samples = Vec::new();
         for state in ReceiptState::ALL {
-            let rows: Vec<(String, i64, i64)> = sqlx::query_as(concat!(
+            let rows: Vec<rules::SampleRow> = sqlx::query_as(concat!(
                 "SELECT receipt_id, finalized_at, attempts FROM receipts WHERE ",
                 state_case!(),
                 " = ?2 ORDER BY finalized_at, receipt_id LIMIT ?3"

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use settled::clock::ManualClock;
 use settled::domain::RetryPolicy;
 use settled::http::AppState;
+use settled::http::auth::Tokens;
 use tokio::sync::watch;
 
 use super::Fresh;
@@ -64,6 +65,15 @@ pub async fn spawn(fresh: Fresh) -> TestServer {
 
 /// Start a server with `policy`.
 pub async fn spawn_with(fresh: Fresh, policy: RetryPolicy) -> TestServer {
+    spawn_full(fresh, policy, Tokens::default()).await
+}
+
+/// Start a server that requires these tokens.
+pub async fn spawn_with_tokens(fresh: Fresh, tokens: Tokens) -> TestServer {
+    spawn_full(fresh, RetryPolicy::default(), tokens).await
+}
+
+async fn spawn_full(fresh: Fresh, policy: RetryPolicy, tokens: Tokens) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -75,7 +85,8 @@ pub async fn spawn_with(fresh: Fresh, policy: RetryPolicy) -> TestServer {
         policy,
         Arc::new(clock.clone()),
         rx.clone(),
-    );
+    )
+    .with_tokens(tokens);
     let mut stopped = rx;
     let task = tokio::spawn(settled::server::serve(listener, state, async move {
         let _ = stopped.wait_for(|s| *s).await;

@@ -1,0 +1,192 @@
+//! Every endpoint × every role, no token and a wrong token.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use settled::http::auth::Tokens;
+
+use crate::common::fresh_sqlite;
+use crate::common::http::spawn_with_tokens;
+
+const ROLES: [(&str, &str); 4] = [
+    ("producer", "producer-token-0123456789"),
+    ("worker", "worker-token-0123456789"),
+    ("reader", "reader-token-0123456789"),
+    ("operator", "operator-token-0123456789"),
+];
+
+fn claim() -> Value {
+    json!({"receipt_id": "r", "finalized_at": 1, "attempts": 0, "row_version": 1,
+        "lease_owner": "w", "lease_token": "t", "lease_until_ms": 5})
+}
+
+/// (method, path, body, roles that may call it); `open` means no token needed.
+fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static [&'static str])> {
+    let receipt = json!({"receipt_id": "r", "finalized_at": 1});
+    let outcome = json!({"claim": claim(), "outcome": {"kind": "skipped", "reason": "denied"}});
+    vec![
+        (
+            Method::POST,
+            "/v1/receipts",
+            Some(receipt.clone()),
+            &["producer", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/receipts/batch",
+            Some(json!({"receipts": [receipt]})),
+            &["producer", "operator"],
+        ),
+        (
+            Method::GET,
+            "/v1/receipts/r",
+            None,
+            &["producer", "worker", "reader", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/claims",
+            Some(json!({"worker_id": "w", "lease_ms": 5, "limit": 1})),
+            &["worker", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/receipts/r/claim",
+            Some(json!({"worker_id": "w", "lease_ms": 5})),
+            &["worker", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/receipts/r/outcome",
+            Some(outcome.clone()),
+            &["worker", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/outcomes",
+            Some(json!({"outcomes": [outcome]})),
+            &["worker", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/receipts/r/lease",
+            Some(json!({"claim": claim(), "extend_ms": 5})),
+            &["worker", "operator"],
+        ),
+        (
+            Method::DELETE,
+            "/v1/receipts/r/lease",
+            Some(json!({"claim": claim()})),
+            &["worker", "operator"],
+        ),
+        (
+            Method::GET,
+            "/v1/dead-letters",
+            None,
+            &["reader", "operator"],
+        ),
+        (
+            Method::GET,
+            "/v1/dead-letters/r",
+            None,
+            &["reader", "operator"],
+        ),
+        (
+            Method::POST,
+            "/v1/dead-letters/r/redrive",
+            None,
+            &["operator"],
+        ),
+        (Method::GET, "/v1/status", None, &["reader", "operator"]),
+        (
+            Method::GET,
+            "/v1/info",
+            None,
+            &["producer", "worker", "reader", "operator"],
+        ),
+        (Method::GET, "/healthz", None, &["open"]),
+        (Method::GET, "/readyz", None, &["open"]),
+        (Method::GET, "/openapi.json", None, &["open"]),
+        (Method::GET, "/openapi.yaml", None, &["open"]),
+        (Method::GET, "/docs/", None, &["open"]),
+    ]
+}
+
+#[tokio::test]
+async fn every_endpoint_answers_every_role_as_the_access_table_says() {
+    let entries: Vec<String> = ROLES.iter().map(|(r, t)| format!("{r}:{t}")).collect();
+    let s = spawn_with_tokens(fresh_sqlite().await, Tokens::parse(&entries).unwrap()).await;
+    let callers: Vec<(&str, Option<&str>)> = ROLES
+        .iter()
+        .map(|(r, t)| (*r, Some(*t)))
+        .chain([("none", None), ("wrong", Some("wrong-token-0123456789"))])
+        .collect();
+    let mut checked = 0;
+    for (method, path, body, allowed) in endpoints() {
+        for (who, token) in &callers {
+            let mut request = s
+                .client
+                .request(method.clone(), format!("{}{path}", s.base));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let www = response.headers().get("www-authenticate").cloned();
+            let text = response.text().await.unwrap();
+            let open = allowed.contains(&"open");
+            let expected = if open || allowed.contains(who) {
+                None
+            } else if matches!(*who, "none" | "wrong") {
+                Some((401, "unauthorized"))
+            } else {
+                Some((403, "forbidden"))
+            };
+            match expected {
+                None => assert!(
+                    status != 401 && status != 403,
+                    "{who} {method} {path}: {status} {text}"
+                ),
+                Some((code, label)) => {
+                    assert_eq!(status, code, "{who} {method} {path}: {text}");
+                    let body: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(body["class"], "auth");
+                    assert_eq!(body["code"], label);
+                    if code == 401 {
+                        assert_eq!(www.unwrap(), "Bearer");
+                    }
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 19 * 6);
+    // Nothing a refused caller sent was stored: only allowed enqueues created `r`.
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_caller_changes_nothing() {
+    let entries = ["reader:reader-token-0123456789".to_owned()];
+    let s = spawn_with_tokens(fresh_sqlite().await, Tokens::parse(&entries).unwrap()).await;
+    let response = s
+        .client
+        .post(format!("{}/v1/receipts", s.base))
+        .bearer_auth("reader-token-0123456789")
+        .json(&json!({"receipt_id": "r", "finalized_at": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let view = s
+        .client
+        .get(format!("{}/v1/receipts/r", s.base))
+        .bearer_auth("reader-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(view.status().as_u16(), 404);
+    s.stop().await;
+}
