@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// PostgreSQL: longest time one statement may run, in ms.
     #[arg(long, env = "SETTLED_PG_STATEMENT_TIMEOUT_MS", default_value_t = PostgresOptions::default().statement_timeout_ms)]
     pub pg_statement_timeout_ms: u64,
+    /// Remove settled and skipped receipts (and their history) this long after they finished,
+    /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent.
+    #[arg(long, env = "SETTLED_RETAIN_FINISHED", value_parser = humantime::parse_duration)]
+    pub retain_finished: Option<std::time::Duration>,
     /// Log line format.
     #[arg(long, env = "SETTLED_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

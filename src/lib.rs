@@ -4,5 +4,6 @@ pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod retention;
 pub mod server;
 pub mod store;

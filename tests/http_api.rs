@@ -17,3 +17,5 @@ mod operations;
 mod outcomes;
 #[path = "http_api/receipts.rs"]
 mod receipts;
+#[path = "http_api/metrics.rs"]
+mod metrics;

@@ -89,6 +89,7 @@ async fn claim_batch(
             .await?;
         let now = Instant::now();
         if !claims.is_empty() || now >= deadline || app.shutting_down() {
+            app.metrics.claimed(claims.len());
             return Ok(Json(ClaimsOut { claims }));
         }
         tokio::select! {
@@ -132,7 +133,10 @@ async fn claim_one(
         .claim_receipt(&id, &worker, app.now(), lease)
         .await?
     {
-        ReceiptClaim::Claimed(claim) => Ok(Json(claim)),
+        ReceiptClaim::Claimed(claim) => {
+            app.metrics.claimed(1);
+            Ok(Json(claim))
+        }
         ReceiptClaim::Leased => Err(ApiError::conflict(
             "receipt_leased",
             "a live lease holds this receipt",

@@ -2,9 +2,12 @@
 
 pub mod auth;
 mod claims;
+mod dashboard;
 mod dead_letters;
 pub mod error;
 mod extract;
+pub mod metrics;
+mod observe;
 mod ops;
 mod outcomes;
 mod receipts;
@@ -21,7 +24,6 @@ use axum::routing::get;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
@@ -43,6 +45,7 @@ pub struct AppState {
     shutdown: watch::Receiver<bool>,
     openapi_yaml: Arc<str>,
     tokens: auth::Tokens,
+    metrics: metrics::SharedMetrics,
 }
 
 impl AppState {
@@ -62,6 +65,7 @@ impl AppState {
             shutdown,
             openapi_yaml: yaml.into(),
             tokens: auth::Tokens::default(),
+            metrics: Arc::default(),
         }
     }
 
@@ -76,6 +80,26 @@ impl AppState {
     #[must_use]
     pub fn now(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// Turn a store result into an API result, counting refused writes.
+    fn checked<T>(&self, result: crate::store::StoreResult<T>) -> Result<T, ApiError> {
+        result.map_err(|e| {
+            if e.class() == crate::domain::SettlementRouteErrorClass::Conflict {
+                self.metrics.conflict();
+            }
+            ApiError::from(e)
+        })
+    }
+
+    /// [`Self::checked`], counting committed routes too.
+    fn count(
+        &self,
+        result: crate::store::StoreResult<crate::domain::SettlementRoute>,
+    ) -> Result<crate::domain::SettlementRoute, ApiError> {
+        let route = self.checked(result)?;
+        self.metrics.routed(&route);
+        Ok(route)
     }
 
     fn shutting_down(&self) -> bool {
@@ -138,9 +162,12 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 /// The whole application.
 pub fn app(state: AppState) -> Router {
     let tokens = state.tokens.clone();
+    let metrics = state.metrics.clone();
     let (router, doc) = api_router().split_for_parts();
     router
         .route("/openapi.yaml", get(ops::openapi_yaml))
+        .route("/metrics", get(metrics::metrics))
+        .route("/", get(dashboard::page))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
         .with_state(state)
@@ -154,5 +181,5 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn(time_limit))
         .layer(CompressionLayer::new())
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn_with_state(metrics, observe::observe))
 }

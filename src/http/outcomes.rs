@@ -45,8 +45,8 @@ async fn record_one(
     let route = app
         .store
         .record_claimed_outcome(&claim, &outcome, app.policy, app.now())
-        .await?;
-    Ok(Json(route))
+        .await;
+    Ok(Json(app.count(route)?))
 }
 
 /// A batch of outcomes.
@@ -106,9 +106,9 @@ async fn record_batch(
             .await?
     };
     for ((index, _), result) in valid.iter().zip(routed) {
-        match result {
+        match app.count(result) {
             Ok(route) => results[*index].route = Some(route),
-            Err(e) => results[*index].error = Some(ApiError::from(e).problem()),
+            Err(e) => results[*index].error = Some(e.problem()),
         }
     }
     Ok(Json(OutcomeBatchOut { results }))
@@ -148,7 +148,7 @@ async fn extend_lease(
     let claim = wire::parse_claim(body.claim, Some(&id))?;
     let extend = LeaseMs::try_from(body.extend_ms)?;
     Ok(Json(
-        app.store.extend_lease(&claim, extend, app.now()).await?,
+        app.checked(app.store.extend_lease(&claim, extend, app.now()).await)?,
     ))
 }
 
@@ -168,6 +168,6 @@ async fn release_lease(
 ) -> Result<StatusCode, ApiError> {
     wire::parse_receipt_id(&id)?;
     let claim = wire::parse_claim(body.claim, Some(&id))?;
-    app.store.release_lease(&claim, app.now()).await?;
+    app.checked(app.store.release_lease(&claim, app.now()).await)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -170,6 +170,14 @@ pub trait SettlementOutcomeStore: Send + Sync {
 
     /// Counts per state, the oldest due age, and up to `limit` receipts per state.
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView>;
+
+    /// Delete up to `limit` settled or skipped receipts (and their history)
+    /// that finished before `finished_before_ms`; returns how many. Active
+    /// work and dead letters are never touched.
+    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64>;
+
+    /// Leases found expired when their receipt was claimed again, since start.
+    fn lease_expiries_observed(&self) -> u64;
 }
 
 /// Convenience wrappers kept out of the trait so it stays small and object-safe.

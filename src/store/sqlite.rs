@@ -4,6 +4,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,6 +25,7 @@ pub struct SqliteStore {
     reader: SqlitePool,
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
+    expiries: AtomicU64,
 }
 
 type Tx = Transaction<'static, Sqlite>;
@@ -80,6 +82,7 @@ impl SqliteStore {
             reader,
             binding: SettlementStoreBinding::from_digest(digest),
             notify: Arc::new(Notify::new()),
+            expiries: AtomicU64::new(0),
         })
     }
 
@@ -354,6 +357,9 @@ impl SettlementOutcomeStore for SqliteStore {
             _ => ReceiptClaim::NoActiveWork,
         };
         tx.commit().await?;
+        if matches!(found, ReceiptClaim::Claimed(_)) && row.lease_until_ms.is_some() {
+            self.expiries.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(found)
     }
 
@@ -384,6 +390,8 @@ impl SettlementOutcomeStore for SqliteStore {
             claims.push(Self::lease(&mut tx, row, worker_id, now, until).await?);
         }
         tx.commit().await?;
+        let expired = rows.iter().filter(|r| r.lease_until_ms.is_some()).count();
+        self.expiries.fetch_add(expired as u64, Ordering::Relaxed);
         Ok(claims)
     }
 
@@ -596,5 +604,26 @@ impl SettlementOutcomeStore for SqliteStore {
         }
         tx.commit().await?;
         rules::build_status(now, counted, oldest, samples)
+    }
+
+    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
+        let before = to_i64(finished_before_ms, "finished_before_ms")?;
+        let mut tx = self.begin().await?;
+        // History rows go with their receipt (ON DELETE CASCADE).
+        let deleted = sqlx::query(
+            "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
+             WHERE status IN ('settled', 'skipped') AND finished_at_ms < ?1 LIMIT ?2)",
+        )
+        .bind(before)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    fn lease_expiries_observed(&self) -> u64 {
+        self.expiries.load(Ordering::Relaxed)
     }
 }

@@ -155,6 +155,13 @@ impl TestServer {
         self.call(Method::GET, path, None).await
     }
 
+    /// GET a text body, expecting 200.
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await.expect("request");
+        assert_eq!(response.status().as_u16(), 200);
+        response.text().await.expect("body")
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> Answer {
         self.call(Method::POST, path, Some(body)).await
     }

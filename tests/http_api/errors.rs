@@ -140,6 +140,12 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn status(&self, _: u64, _: usize) -> StoreResult<StatusView> {
         down()
     }
+    async fn purge_finished(&self, _: u64, _: usize) -> StoreResult<u64> {
+        down()
+    }
+    fn lease_expiries_observed(&self) -> u64 {
+        0
+    }
 }
 
 #[tokio::test]
@@ -210,6 +216,7 @@ async fn a_failing_database_answers_503_backend_without_internals() {
         (Method::GET, "/v1/dead-letters/r", None),
         (Method::POST, "/v1/dead-letters/r/redrive", None),
         (Method::GET, "/v1/status", None),
+        (Method::GET, "/metrics", None),
     ];
     for (method, path, body) in calls {
         let mut request = client.request(method.clone(), format!("{base}{path}"));

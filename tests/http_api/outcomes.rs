@@ -367,6 +367,7 @@ async fn an_expired_lease_cannot_be_extended_or_released(fresh: Fresh) {
     let s = spawn(fresh).await;
     s.enqueue("r").await;
     let claim = s.claim("w", 1).await.remove(0);
+    assert_eq!(claim["lease_until_ms"], T0 + 30_000);
     s.clock.set(T0 + 30_000);
     s.post(
         "/v1/receipts/r/lease",

@@ -1,0 +1,51 @@
+//! Per-request id, log line and metrics. An incoming `x-request-id` is kept
+//! when it is short printable ASCII (so it cannot forge log lines), otherwise
+//! a fresh one is made; either way it is returned on the response.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+use super::metrics::SharedMetrics;
+
+const HEADER: &str = "x-request-id";
+
+fn incoming_id(request: &Request) -> Option<String> {
+    let value = request.headers().get(HEADER)?.to_str().ok()?;
+    let ok = !value.is_empty() && value.len() <= 128 && value.bytes().all(|b| b.is_ascii_graphic());
+    ok.then(|| value.to_owned())
+}
+
+fn new_id() -> String {
+    let mut bytes = [0u8; 12];
+    // An id only needs to be unique enough to find a request in the logs.
+    if getrandom::fill(&mut bytes).is_err() {
+        return "unavailable".to_owned();
+    }
+    hex::encode(bytes)
+}
+
+/// Wrap every request.
+pub async fn observe(State(metrics): State<SharedMetrics>, request: Request, next: Next) -> Response {
+    let id = incoming_id(&request).unwrap_or_else(new_id);
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let span = tracing::info_span!("request", request_id = %id, method = %method, route = %route);
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let status = response.status().as_u16();
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, value);
+    }
+    metrics.request(&method, &route, status, seconds);
+    span.in_scope(|| tracing::info!(status, latency_ms = seconds * 1000.0, "request"));
+    response
+}
