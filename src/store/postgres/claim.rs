@@ -81,8 +81,8 @@ async fn claim_one(
                 .bind(now)
                 .fetch_optional(&mut **tx)
                 .await?;
-            let leased =
-                leased.ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?;
+            let leased = leased
+                .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?;
             ReceiptClaim::Claimed(leased.claim()?)
         }
         _ => ReceiptClaim::NoActiveWork,
@@ -98,10 +98,19 @@ async fn claim_batch(
 ) -> StoreResult<Vec<SettlementAttemptClaim>> {
     if !storable(worker_id.as_str()) {
         // As on SQLite, an empty queue is answered whatever the worker id.
-        let due: bool = sqlx::query_scalar(ANY_DUE).bind(now).fetch_one(&mut **tx).await?;
-        return if due { storable_worker(worker_id).map(|_| Vec::new()) } else { Ok(Vec::new()) };
+        let due: bool = sqlx::query_scalar(ANY_DUE)
+            .bind(now)
+            .fetch_one(&mut **tx)
+            .await?;
+        return if due {
+            storable_worker(worker_id).map(|_| Vec::new())
+        } else {
+            Ok(Vec::new())
+        };
     }
-    let tokens = (0..limit.get()).map(|_| rules::new_lease_token()).collect::<StoreResult<Vec<_>>>()?;
+    let tokens = (0..limit.get())
+        .map(|_| rules::new_lease_token())
+        .collect::<StoreResult<Vec<_>>>()?;
     let mut rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_DUE)
         .bind(now)
         .bind(i64::try_from(limit.get()).unwrap_or(i64::MAX))
@@ -114,7 +123,9 @@ async fn claim_batch(
     rows.iter()
         .map(|r| {
             if rules::next_row_version(r.prior_version)? != r.row.row_version {
-                return Err(SettlementRouteError::invalid_record("row_version did not advance"));
+                return Err(SettlementRouteError::invalid_record(
+                    "row_version did not advance",
+                ));
             }
             r.row.claim()
         })

@@ -62,7 +62,9 @@ async fn run(pool: PgPool, mut listener: PgListener, notify: Arc<Notify>) {
                             notify.notify_waiters();
                             break;
                         }
-                        Err(error) => tracing::warn!(%error, "cannot resubscribe to work notifications"),
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot resubscribe to work notifications")
+                        }
                     }
                 }
             }

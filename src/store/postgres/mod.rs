@@ -36,7 +36,11 @@ pub struct PostgresOptions {
 
 impl Default for PostgresOptions {
     fn default() -> Self {
-        Self { max_connections: 16, connect_timeout_ms: 5_000, statement_timeout_ms: 5_000 }
+        Self {
+            max_connections: 16,
+            connect_timeout_ms: 5_000,
+            statement_timeout_ms: 5_000,
+        }
     }
 }
 
@@ -82,18 +86,26 @@ impl PostgresStore {
             .await
             .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))?;
         // The first replica to get here picks the binding; every other one reads it back.
-        sqlx::query("INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING")
-            .bind(rules::new_binding()?.to_vec())
-            .execute(&pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(rules::new_binding()?.to_vec())
+        .execute(&pool)
+        .await?;
         let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
             .fetch_one(&pool)
             .await?;
-        let digest: [u8; 32] =
-            bytes.try_into().map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
+        let digest: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
         let notify = Arc::new(Notify::new());
         let listener = listen::start(connect, acquire_timeout, notify.clone()).await?;
-        Ok(Self { pool, binding: SettlementStoreBinding::from_digest(digest), notify, listener })
+        Ok(Self {
+            pool,
+            binding: SettlementStoreBinding::from_digest(digest),
+            notify,
+            listener,
+        })
     }
 
     /// The pool, for tests that need to reach under the store.
@@ -108,7 +120,10 @@ impl PostgresStore {
 
     /// A consistent snapshot for reads that span several statements.
     async fn begin_read(&self) -> StoreResult<Tx> {
-        Ok(self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?)
+        Ok(self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?)
     }
 }
 
@@ -144,20 +159,30 @@ fn storable(text: &str) -> bool {
 
 /// Announce, inside `tx`, that work became due; delivered on commit.
 async fn announce(conn: &mut PgConnection) -> StoreResult<()> {
-    sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(conn).await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
 /// The receipt row, as of the latest commit.
 async fn row(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
-    Ok(sqlx::query_as(concat!("SELECT ", receipt_columns!(), " FROM receipts WHERE receipt_id = $1"))
-        .bind(receipt_id)
-        .fetch_optional(conn)
-        .await?)
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id = $1"
+    ))
+    .bind(receipt_id)
+    .fetch_optional(conn)
+    .await?)
 }
 
 /// The receipt row, locked until the transaction ends.
-async fn row_for_update(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
+async fn row_for_update(
+    conn: &mut PgConnection,
+    receipt_id: &str,
+) -> StoreResult<Option<ReceiptRow>> {
     Ok(sqlx::query_as(concat!(
         "SELECT ",
         receipt_columns!(),
@@ -210,7 +235,8 @@ impl SettlementOutcomeStore for PostgresStore {
         now_ms: u64,
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
-        self.claim_receipt_by_id(receipt_id, worker_id, now_ms, lease_ms).await
+        self.claim_receipt_by_id(receipt_id, worker_id, now_ms, lease_ms)
+            .await
     }
 
     async fn claim_due(
@@ -220,7 +246,8 @@ impl SettlementOutcomeStore for PostgresStore {
         lease_ms: LeaseMs,
         limit: ClaimLimit,
     ) -> StoreResult<Vec<SettlementAttemptClaim>> {
-        self.claim_due_batch(worker_id, now_ms, lease_ms, limit).await
+        self.claim_due_batch(worker_id, now_ms, lease_ms, limit)
+            .await
     }
 
     async fn record_claimed_outcomes(
@@ -245,7 +272,11 @@ impl SettlementOutcomeStore for PostgresStore {
         self.release_claim(claim, now_ms).await
     }
 
-    async fn receipt(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>> {
+    async fn receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
         self.read_view(receipt_id.as_str(), now_ms).await
     }
 
@@ -263,7 +294,11 @@ impl SettlementOutcomeStore for PostgresStore {
             .map_or(Ok(None), |r| r.dead_letter())
     }
 
-    async fn redrive(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>> {
+    async fn redrive(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
         self.redrive_receipt(receipt_id, now_ms).await
     }
 

@@ -13,7 +13,11 @@ macro_rules! state_case {
 }
 
 impl PostgresStore {
-    pub(super) async fn read_view(&self, receipt_id: &str, now_ms: u64) -> StoreResult<Option<ReceiptView>> {
+    pub(super) async fn read_view(
+        &self,
+        receipt_id: &str,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
         let now = to_i64(now_ms, "now_ms")?;
         let mut tx = self.begin_read().await?;
         let Some(row) = row(&mut tx, receipt_id).await? else {
@@ -32,7 +36,10 @@ impl PostgresStore {
         let (after_at, after_id) = match after {
             // Stored ids hold no NUL, so every id above `p\0…` is also above `p`
             // and none equals it: cutting the cursor at its first NUL pages alike.
-            Some((at, id)) => (to_i64(at, "cursor")?, id.split('\0').next().unwrap_or_default().to_owned()),
+            Some((at, id)) => (
+                to_i64(at, "cursor")?,
+                id.split('\0').next().unwrap_or_default().to_owned(),
+            ),
             None => (-1, String::new()),
         };
         let rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
@@ -46,7 +53,9 @@ impl PostgresStore {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().filter_map(|r| r.dead_letter().transpose()).collect()
+        rows.iter()
+            .filter_map(|r| r.dead_letter().transpose())
+            .collect()
     }
 
     pub(super) async fn status_view(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {

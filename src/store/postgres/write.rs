@@ -68,8 +68,15 @@ fn cas_storable(cas: &Cas<'_>) -> bool {
 }
 
 /// The row, or `None` for an id no stored row can have.
-async fn row_if_storable(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
-    if storable(receipt_id) { row(conn, receipt_id).await } else { Ok(None) }
+async fn row_if_storable(
+    conn: &mut PgConnection,
+    receipt_id: &str,
+) -> StoreResult<Option<ReceiptRow>> {
+    if storable(receipt_id) {
+        row(conn, receipt_id).await
+    } else {
+        Ok(None)
+    }
 }
 
 /// A guard without a replay never matches; its answer is the error.
@@ -79,7 +86,12 @@ fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
         .unwrap_or_else(|| SettlementRouteError::conflict("claim does not match the persisted row"))
 }
 
-fn guarded(sql: &'static str, cas: &Cas<'_>, now: i64, h: &NewHistory) -> Query<'static, Postgres, PgArguments> {
+fn guarded(
+    sql: &'static str,
+    cas: &Cas<'_>,
+    now: i64,
+    h: &NewHistory,
+) -> Query<'static, Postgres, PgArguments> {
     sqlx::query(sql)
         .bind(cas.receipt_id.to_owned())
         .bind(cas.finalized_at)
@@ -104,16 +116,28 @@ fn guarded(sql: &'static str, cas: &Cas<'_>, now: i64, h: &NewHistory) -> Query<
 async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResult<bool> {
     let (h, now) = (&plan.history, plan.observed_at_ms);
     let query = match &plan.change {
-        Change::Settle { transcript_id } => guarded(SETTLE, cas, now, h).bind(transcript_id.clone()),
+        Change::Settle { transcript_id } => {
+            guarded(SETTLE, cas, now, h).bind(transcript_id.clone())
+        }
         Change::Skip { reason } => guarded(SKIP, cas, now, h).bind(*reason),
-        Change::Retry { attempts, next_visible_at_ms, code, sha256 } => guarded(RETRY, cas, now, h)
+        Change::Retry {
+            attempts,
+            next_visible_at_ms,
+            code,
+            sha256,
+        } => guarded(RETRY, cas, now, h)
             .bind(*attempts)
             .bind(*next_visible_at_ms)
             .bind(*code)
             .bind(sha256.clone()),
-        Change::DeadLetter { attempts, code, sha256 } => {
-            guarded(DEAD_LETTER, cas, now, h).bind(*attempts).bind(*code).bind(sha256.clone())
-        }
+        Change::DeadLetter {
+            attempts,
+            code,
+            sha256,
+        } => guarded(DEAD_LETTER, cas, now, h)
+            .bind(*attempts)
+            .bind(*code)
+            .bind(sha256.clone()),
     };
     Ok(query.execute(conn).await?.rows_affected() == 1)
 }
@@ -150,7 +174,12 @@ async fn record_one(
         }
     }
     let row = row_if_storable(tx, &claim.receipt_id).await?;
-    Ok(rules::explain_miss(row.as_ref(), claim, Some(input), observed_at_ms))
+    Ok(rules::explain_miss(
+        row.as_ref(),
+        claim,
+        Some(input),
+        observed_at_ms,
+    ))
 }
 
 /// Backend errors abort the whole call; everything else is judged per item.
@@ -173,8 +202,13 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
     let mut values = Vec::with_capacity(receipts.len());
     for receipt in receipts {
         let finalized_at = to_i64(receipt.finalized_at, "finalized_at")?;
-        let visible = receipt.visible_at_ms.map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?;
-        let observation = receipt.observation.as_ref().map(serde_json::Value::to_string);
+        let visible = receipt
+            .visible_at_ms
+            .map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?;
+        let observation = receipt
+            .observation
+            .as_ref()
+            .map(serde_json::Value::to_string);
         values.push((finalized_at, visible, observation));
     }
     let mut results = vec![Enqueued::Existing; receipts.len()];
@@ -214,7 +248,8 @@ async fn record_all(
     policy: RetryPolicy,
     observed_at_ms: u64,
 ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-    let mut results: Vec<Option<StoreResult<SettlementRoute>>> = outcomes.iter().map(|_| None).collect();
+    let mut results: Vec<Option<StoreResult<SettlementRoute>>> =
+        outcomes.iter().map(|_| None).collect();
     for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
         let (claim, input) = &outcomes[i];
         let result = record_one(tx, claim, input, policy, observed_at_ms).await;
@@ -304,7 +339,11 @@ async fn redrive(tx: &mut Tx, receipt_id: &str, now: i64) -> StoreResult<Option<
     Ok(Some(view))
 }
 
-async fn append_history(conn: &mut PgConnection, receipt_id: &str, h: &NewHistory) -> StoreResult<()> {
+async fn append_history(
+    conn: &mut PgConnection,
+    receipt_id: &str,
+    h: &NewHistory,
+) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
          transcript_id, reason, worker_id, observed_at_ms, route) \
@@ -326,7 +365,11 @@ async fn append_history(conn: &mut PgConnection, receipt_id: &str, h: &NewHistor
 }
 
 impl PostgresStore {
-    pub(super) async fn enqueue_receipts(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
+    pub(super) async fn enqueue_receipts(
+        &self,
+        receipts: &[NewReceipt],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Enqueued>> {
         let now = to_i64(now_ms, "now_ms")?;
         let mut tx = self.begin().await?;
         let result = enqueue_all(&mut tx, receipts, now).await;
@@ -364,7 +407,11 @@ impl PostgresStore {
         finish(tx, result).await
     }
 
-    pub(super) async fn release_claim(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+    pub(super) async fn release_claim(
+        &self,
+        claim: &SettlementAttemptClaim,
+        now_ms: u64,
+    ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         let result = release(&mut tx, claim, now_ms).await;
         finish(tx, result).await?;
@@ -372,7 +419,11 @@ impl PostgresStore {
         Ok(())
     }
 
-    pub(super) async fn redrive_receipt(&self, receipt_id: &ReceiptId, now_ms: u64) -> StoreResult<Option<ReceiptView>> {
+    pub(super) async fn redrive_receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
         let now = to_i64(now_ms, "now_ms")?;
         let mut tx = self.begin().await?;
         let result = redrive(&mut tx, receipt_id.as_str(), now).await;
