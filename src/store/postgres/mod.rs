@@ -5,6 +5,7 @@
 
 mod claim;
 mod listen;
+mod outcome;
 mod read;
 mod write;
 
@@ -155,6 +156,14 @@ impl Drop for PostgresStore {
 /// row, so it is answered without being sent, as SQLite would answer it.
 fn storable(text: &str) -> bool {
     !text.contains('\0')
+}
+
+/// Positions of `items` in id order; the sort is stable, so repeats of one
+/// id keep their order.
+fn in_id_order<T>(items: &[T], id: impl Fn(&T) -> &str) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| id(&items[a]).cmp(id(&items[b])));
+    order
 }
 
 /// Announce, inside `tx`, that work became due; delivered on commit.
