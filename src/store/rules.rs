@@ -330,13 +330,16 @@ pub fn redrive_entry(letter: &DeadLetter, now: i64) -> NewHistory {
     }
 }
 
+/// One sampled receipt: `(receipt_id, finalized_at, attempts)`.
+pub type SampleRow = (String, i64, i64);
+
 /// Assemble `/v1/status` from per-state counts, the oldest due time and
 /// per-state samples (each already limited to `limit` rows).
 pub fn build_status(
     now: i64,
     counted: Vec<(String, i64)>,
     oldest_due_ms: Option<i64>,
-    samples: Vec<(ReceiptState, Vec<(String, i64, i64)>)>,
+    samples: Vec<(ReceiptState, Vec<SampleRow>)>,
 ) -> StoreResult<StatusView> {
     let mut counts = StateCounts::default();
     for (label, n) in counted {
