@@ -276,3 +276,64 @@ async fn an_unreachable_server_fails_fast_with_a_backend_error() {
         started.elapsed()
     );
 }
+
+/// A database error aborts a whole PostgreSQL transaction, unlike SQLite's:
+/// the store must still judge each item of a batch on its own.
+async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
+    let s = fresh.store.as_ref();
+    s.enqueue(&[receipt("r-1"), receipt("r-2")], T0)
+        .await
+        .unwrap();
+    let claims = s
+        .claim_due(&worker("w"), T0, lease(1_000), limit(2))
+        .await
+        .unwrap();
+    // A digest that is not 64 hex characters: the CHECK constraint refuses it.
+    let corrupt = SettlementRoutingInput::Permanent {
+        reason: SettlementFailureReason {
+            code: SettlementFailureCode::Rpc,
+            detail_sha256: "not-a-digest".to_owned(),
+        },
+    };
+    let accepted = SettlementRoutingInput::Accepted {
+        transcript_id: TranscriptId::parse("tx").unwrap(),
+    };
+    let batch = [(claims[0].clone(), corrupt), (claims[1].clone(), accepted)];
+    let results = s
+        .record_claimed_outcomes(&batch, RetryPolicy::default(), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        results[0].as_ref().unwrap_err().class(),
+        SettlementRouteErrorClass::InvalidRecord
+    );
+    assert_eq!(results[1], Ok(SettlementRoute::NoAction));
+    let first = s
+        .receipt(&ReceiptId::parse("r-1").unwrap(), T0 + 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (first.state, first.history.len()),
+        (ReceiptState::Leased, 0),
+        "the refused item changed nothing"
+    );
+    let second = s
+        .receipt(&ReceiptId::parse("r-2").unwrap(), T0 + 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.state, ReceiptState::Settled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_item_does_not_abort_its_batch_on_postgres() {
+    if let Some(fresh) = common::fresh_postgres().await {
+        a_refused_item_does_not_abort_its_batch(fresh).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_item_does_not_abort_its_batch_on_sqlite() {
+    a_refused_item_does_not_abort_its_batch(common::fresh_sqlite().await).await;
+}
