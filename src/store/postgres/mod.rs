@@ -1,0 +1,317 @@
+//! PostgreSQL backend: a pool whose connections carry a statement timeout,
+//! row locks where SQLite has its single writer, claims as one
+//! `FOR UPDATE SKIP LOCKED` statement, and `LISTEN/NOTIFY` so that long polls
+//! wake up on every replica.
+
+mod claim;
+mod listen;
+mod outcome;
+mod read;
+mod write;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Executor, PgConnection, Postgres, Transaction};
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use super::rows::{HistoryRow, ReceiptRow};
+use super::rules;
+use super::*;
+use crate::receipt_columns;
+
+/// Pool and timeout settings for PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// Pool size (the `LISTEN` connection comes on top).
+    pub max_connections: u32,
+    /// How long to wait for a connection, new or pooled, before failing.
+    pub connect_timeout_ms: u64,
+    /// `statement_timeout` of every pooled connection; 0 disables it.
+    pub statement_timeout_ms: u64,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            connect_timeout_ms: 5_000,
+            statement_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// The channel on which replicas announce work that became due.
+const CHANNEL: &str = "settled_work";
+
+type Tx = Transaction<'static, Postgres>;
+
+/// The PostgreSQL store.
+pub struct PostgresStore {
+    pool: PgPool,
+    binding: SettlementStoreBinding,
+    notify: Arc<Notify>,
+    listener: AbortHandle,
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://…`), migrate, and start listening for
+    /// other replicas' wakeups.
+    pub async fn open(url: &str, options: &PostgresOptions) -> StoreResult<SharedStore> {
+        Ok(Arc::new(Self::connect(url, options).await?))
+    }
+
+    /// [`PostgresStore::open`], returning the concrete store.
+    pub async fn connect(url: &str, options: &PostgresOptions) -> StoreResult<Self> {
+        let connect = PgConnectOptions::from_str(url)?.application_name("settled");
+        let acquire_timeout = Duration::from_millis(options.connect_timeout_ms);
+        let statement_timeout = options.statement_timeout_ms;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(acquire_timeout)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    let set = format!("SET statement_timeout = {statement_timeout}");
+                    conn.execute(sqlx::AssertSqlSafe(set)).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(connect.clone())
+            .await?;
+        sqlx::migrate!("migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))?;
+        // The first replica to get here picks the binding; every other one reads it back.
+        sqlx::query(
+            "INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(rules::new_binding()?.to_vec())
+        .execute(&pool)
+        .await?;
+        let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
+            .fetch_one(&pool)
+            .await?;
+        let digest: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
+        let notify = Arc::new(Notify::new());
+        let listener = listen::start(connect, acquire_timeout, notify.clone()).await?;
+        Ok(Self {
+            pool,
+            binding: SettlementStoreBinding::from_digest(digest),
+            notify,
+            listener,
+        })
+    }
+
+    /// The pool, for tests that need to reach under the store.
+    #[doc(hidden)]
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> StoreResult<Tx> {
+        Ok(self.pool.begin().await?)
+    }
+
+    /// A consistent snapshot for reads that span several statements.
+    async fn begin_read(&self) -> StoreResult<Tx> {
+        Ok(self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?)
+    }
+}
+
+/// Commit after success; roll back at once after a failure. A dropped
+/// transaction would only roll back when its connection is next used, and
+/// until then its row locks would hide rows from `SKIP LOCKED` claims.
+async fn finish<T>(tx: Tx, result: StoreResult<T>) -> StoreResult<T> {
+    match result {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(value)
+        }
+        Err(error) => {
+            // The original error matters more than a failed rollback, which
+            // leaves the connection to be discarded by the pool anyway.
+            let _ = tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// PostgreSQL text cannot hold NUL. A claim carrying one can match no stored
+/// row, so it is answered without being sent, as SQLite would answer it.
+fn storable(text: &str) -> bool {
+    !text.contains('\0')
+}
+
+/// Positions of `items` in id order; the sort is stable, so repeats of one
+/// id keep their order.
+fn in_id_order<T>(items: &[T], id: impl Fn(&T) -> &str) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| id(&items[a]).cmp(id(&items[b])));
+    order
+}
+
+/// Announce, inside `tx`, that work became due; delivered on commit.
+async fn announce(conn: &mut PgConnection) -> StoreResult<()> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The receipt row, as of the latest commit.
+async fn row(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id = $1"
+    ))
+    .bind(receipt_id)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// The receipt row, locked until the transaction ends.
+async fn row_for_update(
+    conn: &mut PgConnection,
+    receipt_id: &str,
+) -> StoreResult<Option<ReceiptRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id = $1 FOR UPDATE"
+    ))
+    .bind(receipt_id)
+    .fetch_optional(conn)
+    .await?)
+}
+
+async fn history(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
+    Ok(sqlx::query_as(
+        "SELECT attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
+         observed_at_ms, route FROM receipt_history WHERE receipt_id = $1 ORDER BY id",
+    )
+    .bind(receipt_id)
+    .fetch_all(conn)
+    .await?)
+}
+
+#[async_trait]
+impl SettlementOutcomeStore for PostgresStore {
+    fn settlement_store_binding(&self) -> SettlementStoreBinding {
+        self.binding
+    }
+
+    fn backend(&self) -> BackendKind {
+        BackendKind::Postgres
+    }
+
+    fn work_notifier(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM store_identity")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
+        self.enqueue_receipts(receipts, now_ms).await
+    }
+
+    async fn claim_receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+    ) -> StoreResult<ReceiptClaim> {
+        self.claim_receipt_by_id(receipt_id, worker_id, now_ms, lease_ms)
+            .await
+    }
+
+    async fn claim_due(
+        &self,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+        limit: ClaimLimit,
+    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        self.claim_due_batch(worker_id, now_ms, lease_ms, limit)
+            .await
+    }
+
+    async fn record_claimed_outcomes(
+        &self,
+        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+        self.record_outcomes(outcomes, policy, observed_at_ms).await
+    }
+
+    async fn extend_lease(
+        &self,
+        claim: &SettlementAttemptClaim,
+        extend_ms: LeaseMs,
+        now_ms: u64,
+    ) -> StoreResult<SettlementAttemptClaim> {
+        self.extend_claim(claim, extend_ms, now_ms).await
+    }
+
+    async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+        self.release_claim(claim, now_ms).await
+    }
+
+    async fn receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
+        self.read_view(receipt_id.as_str(), now_ms).await
+    }
+
+    async fn dead_letters(
+        &self,
+        limit: usize,
+        after: Option<DeadLetterCursor>,
+    ) -> StoreResult<Vec<DeadLetter>> {
+        self.dead_letter_page(limit, after).await
+    }
+
+    async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
+        row(&mut *self.pool.acquire().await?, receipt_id.as_str())
+            .await?
+            .map_or(Ok(None), |r| r.dead_letter())
+    }
+
+    async fn redrive(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
+        self.redrive_receipt(receipt_id, now_ms).await
+    }
+
+    async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
+        self.status_view(now_ms, limit).await
+    }
+}

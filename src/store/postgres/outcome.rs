@@ -1,0 +1,304 @@
+//! Outcomes, extensions and releases: every write repeats the whole claim
+//! compare-and-swap, as in the SQLite store, and a miss is explained from
+//! the row as it stands.
+
+use sqlx::Acquire;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+
+use super::super::rows::to_i64;
+use super::super::rules::{Cas, Change, NewHistory, Plan};
+use super::*;
+
+/// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
+macro_rules! cas_where {
+    () => {
+        "receipt_id = $1 AND status = 'active' AND finalized_at = $2 AND attempts = $3 \
+         AND row_version = $4 AND lease_owner = $5 AND lease_token = $6 \
+         AND lease_until_ms = $7 AND lease_until_ms > $8"
+    };
+}
+
+/// A guarded update that appends its history entry (`$9..$17`) only when
+/// the guard matched, so the statement affects one row or none.
+macro_rules! guarded {
+    ($set:literal) => {
+        concat!(
+            "WITH changed AS (UPDATE receipts SET ",
+            $set,
+            " WHERE ",
+            cas_where!(),
+            " RETURNING receipt_id) INSERT INTO receipt_history (receipt_id, attempt, outcome, \
+             code, detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route) \
+             SELECT receipt_id, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM changed"
+        )
+    };
+}
+
+const SETTLE: &str = guarded!(
+    "status = 'settled', transcript_id = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
+     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
+);
+const SKIP: &str = guarded!(
+    "status = 'skipped', skip_reason = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
+     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
+);
+const RETRY: &str = guarded!(
+    "attempts = $18, next_visible_at_ms = $19, failure_code = $20, failure_sha256 = $21, \
+     lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL"
+);
+const DEAD_LETTER: &str = guarded!(
+    "status = 'dead_lettered', attempts = $18, failure_code = $19, failure_sha256 = $20, \
+     next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
+     finished_at_ms = $8"
+);
+const RELEASE: &str = guarded!(
+    "lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, next_visible_at_ms = $8"
+);
+const EXTEND: &str = concat!(
+    "UPDATE receipts SET lease_until_ms = $9 WHERE ",
+    cas_where!(),
+    " RETURNING ",
+    receipt_columns!()
+);
+
+fn cas_storable(cas: &Cas<'_>) -> bool {
+    storable(cas.receipt_id) && storable(cas.lease_owner) && storable(cas.lease_token)
+}
+
+/// The row, or `None` for an id no stored row can have.
+async fn row_if_storable(
+    conn: &mut PgConnection,
+    receipt_id: &str,
+) -> StoreResult<Option<ReceiptRow>> {
+    if storable(receipt_id) {
+        row(conn, receipt_id).await
+    } else {
+        Ok(None)
+    }
+}
+
+/// A guard without a replay never matches; its answer is the error.
+fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
+    explained
+        .err()
+        .unwrap_or_else(|| SettlementRouteError::conflict("claim does not match the persisted row"))
+}
+
+fn guarded(
+    sql: &'static str,
+    cas: &Cas<'_>,
+    now: i64,
+    h: &NewHistory,
+) -> Query<'static, Postgres, PgArguments> {
+    sqlx::query(sql)
+        .bind(cas.receipt_id.to_owned())
+        .bind(cas.finalized_at)
+        .bind(cas.attempts)
+        .bind(cas.row_version)
+        .bind(cas.lease_owner.to_owned())
+        .bind(cas.lease_token.to_owned())
+        .bind(cas.lease_until_ms)
+        .bind(now)
+        .bind(h.attempt)
+        .bind(h.outcome)
+        .bind(h.code)
+        .bind(h.detail_sha256.clone())
+        .bind(h.transcript_id.clone())
+        .bind(h.reason)
+        .bind(h.worker_id.clone())
+        .bind(h.observed_at_ms)
+        .bind(h.route)
+}
+
+/// Apply a planned change and its history entry; `true` when the guard matched.
+async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResult<bool> {
+    let (h, now) = (&plan.history, plan.observed_at_ms);
+    let query = match &plan.change {
+        Change::Settle { transcript_id } => {
+            guarded(SETTLE, cas, now, h).bind(transcript_id.clone())
+        }
+        Change::Skip { reason } => guarded(SKIP, cas, now, h).bind(*reason),
+        Change::Retry {
+            attempts,
+            next_visible_at_ms,
+            code,
+            sha256,
+        } => guarded(RETRY, cas, now, h)
+            .bind(*attempts)
+            .bind(*next_visible_at_ms)
+            .bind(*code)
+            .bind(sha256.clone()),
+        Change::DeadLetter {
+            attempts,
+            code,
+            sha256,
+        } => guarded(DEAD_LETTER, cas, now, h)
+            .bind(*attempts)
+            .bind(*code)
+            .bind(sha256.clone()),
+    };
+    Ok(query.execute(conn).await?.rows_affected() == 1)
+}
+
+/// One outcome. Any database error aborts a PostgreSQL transaction, so the
+/// write runs under a savepoint: a refused item is undone alone and the
+/// batch goes on, as on SQLite.
+async fn record_one(
+    tx: &mut Tx,
+    claim: &SettlementAttemptClaim,
+    input: &SettlementRoutingInput,
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> StoreResult<StoreResult<SettlementRoute>> {
+    let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
+        Ok(plan) => plan,
+        Err(e) => return Ok(Err(e)),
+    };
+    let cas = Cas::of(claim)?;
+    if plan.lease_live && cas_storable(&cas) {
+        let mut item = Acquire::begin(&mut *tx).await?;
+        match apply(&mut item, &cas, &plan).await {
+            Ok(matched) => {
+                item.commit().await?;
+                if matched {
+                    return Ok(Ok(plan.route));
+                }
+            }
+            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+            Err(e) => {
+                item.rollback().await?;
+                return Ok(Err(e));
+            }
+        }
+    }
+    let row = row_if_storable(tx, &claim.receipt_id).await?;
+    Ok(rules::explain_miss(
+        row.as_ref(),
+        claim,
+        Some(input),
+        observed_at_ms,
+    ))
+}
+
+/// Backend errors abort the whole call; everything else is judged per item.
+fn keep_going<T>(result: StoreResult<T>) -> StoreResult<StoreResult<T>> {
+    match result {
+        Err(e @ SettlementRouteError::Backend { .. }) => Err(e),
+        other => Ok(other),
+    }
+}
+
+async fn record_all(
+    tx: &mut Tx,
+    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    let mut results: Vec<Option<StoreResult<SettlementRoute>>> =
+        outcomes.iter().map(|_| None).collect();
+    for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
+        let (claim, input) = &outcomes[i];
+        let result = record_one(tx, claim, input, policy, observed_at_ms).await;
+        results[i] = Some(keep_going(result.and_then(|r| r))?);
+    }
+    let results: Vec<_> = results.into_iter().flatten().collect();
+    if results.iter().any(retried) {
+        announce(tx).await?;
+    }
+    Ok(results)
+}
+
+fn retried(result: &StoreResult<SettlementRoute>) -> bool {
+    matches!(result, Ok(SettlementRoute::RetryScheduled { .. }))
+}
+
+async fn extend(
+    tx: &mut Tx,
+    claim: &SettlementAttemptClaim,
+    now_ms: u64,
+    until: i64,
+) -> StoreResult<SettlementAttemptClaim> {
+    let cas = Cas::of(claim)?;
+    let now = to_i64(now_ms, "now_ms")?;
+    let updated: Option<ReceiptRow> = if cas_storable(&cas) {
+        sqlx::query_as(EXTEND)
+            .bind(cas.receipt_id)
+            .bind(cas.finalized_at)
+            .bind(cas.attempts)
+            .bind(cas.row_version)
+            .bind(cas.lease_owner)
+            .bind(cas.lease_token)
+            .bind(cas.lease_until_ms)
+            .bind(now)
+            .bind(until)
+            .fetch_optional(&mut **tx)
+            .await?
+    } else {
+        None
+    };
+    match updated {
+        Some(row) => row.claim(),
+        None => {
+            let row = row_if_storable(tx, &claim.receipt_id).await?;
+            Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)))
+        }
+    }
+}
+
+async fn release(tx: &mut Tx, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+    let cas = Cas::of(claim)?;
+    let now = to_i64(now_ms, "now_ms")?;
+    let released = cas_storable(&cas)
+        && guarded(RELEASE, &cas, now, &rules::release_entry(claim, now))
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+            == 1;
+    if !released {
+        let row = row_if_storable(tx, &claim.receipt_id).await?;
+        return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
+    }
+    announce(tx).await
+}
+
+impl PostgresStore {
+    pub(super) async fn record_outcomes(
+        &self,
+        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+        let mut tx = self.begin().await?;
+        let result = record_all(&mut tx, outcomes, policy, observed_at_ms).await;
+        let results = finish(tx, result).await?;
+        if results.iter().any(retried) {
+            self.notify.notify_waiters();
+        }
+        Ok(results)
+    }
+
+    pub(super) async fn extend_claim(
+        &self,
+        claim: &SettlementAttemptClaim,
+        extend_ms: LeaseMs,
+        now_ms: u64,
+    ) -> StoreResult<SettlementAttemptClaim> {
+        let until = rules::lease_deadline(now_ms, extend_ms.get())?;
+        let mut tx = self.begin().await?;
+        let result = extend(&mut tx, claim, now_ms, until).await;
+        finish(tx, result).await
+    }
+
+    pub(super) async fn release_claim(
+        &self,
+        claim: &SettlementAttemptClaim,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        let result = release(&mut tx, claim, now_ms).await;
+        finish(tx, result).await?;
+        self.notify.notify_waiters();
+        Ok(())
+    }
+}
