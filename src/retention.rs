@@ -18,7 +18,9 @@ pub const EVERY: Duration = Duration::from_secs(60);
 
 /// One pass: remove everything finished before `now - retain`, batch by batch.
 pub async fn purge_once(store: &SharedStore, clock: &dyn Clock, retain: Duration) -> u64 {
-    let cutoff = clock.now_ms().saturating_sub(u64::try_from(retain.as_millis()).unwrap_or(u64::MAX));
+    let cutoff = clock
+        .now_ms()
+        .saturating_sub(u64::try_from(retain.as_millis()).unwrap_or(u64::MAX));
     let mut removed = 0;
     loop {
         match store.purge_finished(cutoff, BATCH).await {
@@ -39,7 +41,12 @@ pub async fn purge_once(store: &SharedStore, clock: &dyn Clock, retain: Duration
 }
 
 /// Run passes every [`EVERY`] until `stop` turns true.
-pub async fn run(store: SharedStore, clock: Arc<dyn Clock>, retain: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    store: SharedStore,
+    clock: Arc<dyn Clock>,
+    retain: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let removed = purge_once(&store, clock.as_ref(), retain).await;
         if removed > 0 {

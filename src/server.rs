@@ -59,7 +59,12 @@ pub async fn run(
     tracing::info!(address = %local, backend = store.backend().as_str(), "settled listening on http://{local}");
     let (tx, rx) = watch::channel(false);
     if let Some(retain) = args.retain_finished {
-        tokio::spawn(crate::retention::run(store.clone(), Arc::new(SystemClock), retain, rx.clone()));
+        tokio::spawn(crate::retention::run(
+            store.clone(),
+            Arc::new(SystemClock),
+            retain,
+            rx.clone(),
+        ));
     }
     let state = AppState::new(store, policy, Arc::new(SystemClock), rx).with_tokens(tokens);
     serve(listener, state, async move {

@@ -14,7 +14,7 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::wire::{self, MAX_WAIT_MS};
-use crate::domain::{ClaimLimit, LeaseMs, SettlementAttemptClaim, WorkerId};
+use crate::domain::{ClaimLimit, LeaseMs, SettlementAttemptClaim};
 use crate::store::ReceiptClaim;
 
 /// How often a waiting claim looks again even without a wake-up, so that
@@ -65,7 +65,7 @@ async fn claim_batch(
     State(app): State<AppState>,
     ApiJson(body): ApiJson<ClaimsIn>,
 ) -> Result<Json<ClaimsOut>, ApiError> {
-    let worker = WorkerId::parse(&body.worker_id)?;
+    let worker = wire::parse_worker_id(&body.worker_id)?;
     let lease = LeaseMs::try_from(body.lease_ms)?;
     let limit = ClaimLimit::try_from(body.limit)?;
     let wait_ms = body.wait_ms.unwrap_or(0);
@@ -126,7 +126,7 @@ async fn claim_one(
     ApiJson(body): ApiJson<ClaimOneIn>,
 ) -> Result<Json<SettlementAttemptClaim>, ApiError> {
     let id = wire::parse_receipt_id(&id)?;
-    let worker = WorkerId::parse(&body.worker_id)?;
+    let worker = wire::parse_worker_id(&body.worker_id)?;
     let lease = LeaseMs::try_from(body.lease_ms)?;
     match app
         .store

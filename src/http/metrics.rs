@@ -66,25 +66,51 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("settled");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("http_requests", "HTTP requests by route and status", requests.clone());
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            requests.clone(),
+        );
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_25, 2.0, 18))
         });
-        registry.register_with_unit("http_request_duration", "HTTP request latency", Unit::Seconds, latency.clone());
+        registry.register_with_unit(
+            "http_request_duration",
+            "HTTP request latency",
+            Unit::Seconds,
+            latency.clone(),
+        );
         let claims = Counter::default();
         registry.register("claims", "Receipts leased to workers", claims.clone());
         let outcomes = Family::<OutcomeLabels, Counter>::default();
         registry.register("outcomes", "Outcomes committed, by route", outcomes.clone());
         let conflicts = Counter::default();
-        registry.register("conflicts", "Writes refused as conflicts (stale, forged or late)", conflicts.clone());
+        registry.register(
+            "conflicts",
+            "Writes refused as conflicts (stale, forged or late)",
+            conflicts.clone(),
+        );
         let expiries = Counter::default();
-        registry.register("lease_expiries", "Leases found expired when their receipt was claimed again", expiries.clone());
+        registry.register(
+            "lease_expiries",
+            "Leases found expired when their receipt was claimed again",
+            expiries.clone(),
+        );
         let receipts = Family::<StateLabels, Gauge>::default();
         registry.register("receipts", "Receipts by state", receipts.clone());
         let oldest_due = Gauge::<f64, AtomicU64>::default();
-        registry.register_with_unit("oldest_due_age", "Age of the oldest claimable receipt", Unit::Seconds, oldest_due.clone());
+        registry.register_with_unit(
+            "oldest_due_age",
+            "Age of the oldest claimable receipt",
+            Unit::Seconds,
+            oldest_due.clone(),
+        );
         let dead_letters = Gauge::default();
-        registry.register("dead_letters", "Receipts waiting in the dead-letter queue", dead_letters.clone());
+        registry.register(
+            "dead_letters",
+            "Receipts waiting in the dead-letter queue",
+            dead_letters.clone(),
+        );
         Self {
             registry,
             requests,
@@ -105,8 +131,16 @@ impl Metrics {
     /// One finished HTTP request.
     pub fn request(&self, method: &str, route: &str, status: u16, seconds: f64) {
         let (method, route) = (method.to_owned(), route.to_owned());
-        self.requests.get_or_create(&RequestLabels { method: method.clone(), route: route.clone(), status }).inc();
-        self.latency.get_or_create(&RouteLabels { method, route }).observe(seconds);
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.clone(),
+                route: route.clone(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels { method, route })
+            .observe(seconds);
     }
 
     /// `n` receipts leased.
@@ -116,7 +150,11 @@ impl Metrics {
 
     /// One committed outcome.
     pub fn routed(&self, route: &SettlementRoute) {
-        self.outcomes.get_or_create(&OutcomeLabels { route: route.kind().to_owned() }).inc();
+        self.outcomes
+            .get_or_create(&OutcomeLabels {
+                route: route.kind().to_owned(),
+            })
+            .inc();
     }
 
     /// One refused write.
@@ -130,10 +168,16 @@ impl Metrics {
         self.expiries.inc_by(expiries_total.saturating_sub(seen));
         for state in ReceiptState::ALL {
             let n = i64::try_from(status.counts.get(state)).unwrap_or(i64::MAX);
-            self.receipts.get_or_create(&StateLabels { state: state.as_str().to_owned() }).set(n);
+            self.receipts
+                .get_or_create(&StateLabels {
+                    state: state.as_str().to_owned(),
+                })
+                .set(n);
         }
-        self.oldest_due.set(status.oldest_due_age_ms as f64 / 1000.0);
-        self.dead_letters.set(i64::try_from(status.counts.dead_lettered).unwrap_or(i64::MAX));
+        self.oldest_due
+            .set(status.oldest_due_age_ms as f64 / 1000.0);
+        self.dead_letters
+            .set(i64::try_from(status.counts.dead_lettered).unwrap_or(i64::MAX));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -144,8 +188,16 @@ impl Metrics {
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let status = app.store.status(app.now(), 1).await?;
-    let body = app.metrics.render(&status, app.store.lease_expiries_observed());
-    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body))
+    let body = app
+        .metrics
+        .render(&status, app.store.lease_expiries_observed());
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    ))
 }
 
 /// Shared handle.

@@ -30,7 +30,11 @@ fn new_id() -> String {
 }
 
 /// Wrap every request.
-pub async fn observe(State(metrics): State<SharedMetrics>, request: Request, next: Next) -> Response {
+pub async fn observe(
+    State(metrics): State<SharedMetrics>,
+    request: Request,
+    next: Next,
+) -> Response {
     let id = incoming_id(&request).unwrap_or_else(new_id);
     let method = request.method().as_str().to_owned();
     let route = request

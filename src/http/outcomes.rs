@@ -147,9 +147,9 @@ async fn extend_lease(
     wire::parse_receipt_id(&id)?;
     let claim = wire::parse_claim(body.claim, Some(&id))?;
     let extend = LeaseMs::try_from(body.extend_ms)?;
-    Ok(Json(
-        app.checked(app.store.extend_lease(&claim, extend, app.now()).await)?,
-    ))
+    Ok(Json(app.checked(
+        app.store.extend_lease(&claim, extend, app.now()).await,
+    )?))
 }
 
 /// Release a live lease without using up an attempt: the receipt is due again at once.

@@ -143,6 +143,19 @@ impl OutcomeIn {
     }
 }
 
+/// A worker id: the seed's byte bound, and no control characters (they
+/// cannot be stored by every backend and only ever come from a bug).
+pub fn parse_worker_id(value: &str) -> Result<WorkerId, ApiError> {
+    let worker = WorkerId::parse(value)?;
+    if value.chars().any(char::is_control) {
+        return Err(ApiError::validation(
+            "invalid_worker_id",
+            "worker_id must not contain control characters",
+        ));
+    }
+    Ok(worker)
+}
+
 /// Check a claim sent back by a worker; `path_id` is the id in the URL, if any.
 pub fn parse_claim(
     claim: SettlementAttemptClaim,
@@ -155,7 +168,7 @@ pub fn parse_claim(
             "the path id and claim.receipt_id differ",
         ));
     }
-    WorkerId::parse(&claim.lease_owner)?;
+    parse_worker_id(&claim.lease_owner)?;
     if claim.lease_token.is_empty() || claim.lease_token.len() > 256 {
         return Err(ApiError::validation(
             "invalid_claim",

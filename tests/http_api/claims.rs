@@ -76,6 +76,8 @@ async fn claims_refuse_bad_bounds_before_anything_else(fresh: Fresh) {
             with("worker_id", json!("\u{e9}".repeat(65))),
             "worker_id_length",
         ),
+        (with("worker_id", json!("w\u{0}")), "invalid_worker_id"),
+        (with("worker_id", json!("w\n1")), "invalid_worker_id"),
         (with("lease_ms", json!(0)), "lease_duration"),
         (with("lease_ms", json!(86_400_001)), "lease_duration"),
         (with("limit", json!(0)), "claim_batch"),

@@ -8,18 +8,18 @@ use super::*;
 /// (`$5`, made in Rust) pair with rows by claim order. An out-of-range
 /// version is left as it is, for Rust to refuse before commit.
 const CLAIM_DUE: &str = concat!(
-    "WITH locked AS (SELECT receipt_id, row_version, next_visible_at_ms FROM receipts \
+    "WITH locked AS (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms FROM receipts \
        WHERE status = 'active' AND next_visible_at_ms <= $1 \
        AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
        ORDER BY next_visible_at_ms, receipt_id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, \
+     picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, lease_until_ms AS prior_until, \
        row_number() OVER (ORDER BY next_visible_at_ms, receipt_id) AS pick FROM locked) \
      UPDATE receipts SET row_version = CASE WHEN prior_version BETWEEN 0 AND 9223372036854775806 \
        THEN prior_version + 1 ELSE prior_version END, \
        lease_owner = $3, lease_token = token, lease_until_ms = $4 \
      FROM picked JOIN unnest($5::text[]) WITH ORDINALITY AS tokens (token, token_pick) \
        ON token_pick = pick \
-     WHERE receipt_id = pick_id RETURNING pick, prior_version, ",
+     WHERE receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
     receipt_columns!()
 );
 
@@ -40,6 +40,7 @@ const LEASE: &str = concat!(
 struct ClaimedRow {
     pick: i64,
     prior_version: i64,
+    prior_until: Option<i64>,
     #[sqlx(flatten)]
     row: ReceiptRow,
 }
@@ -58,6 +59,7 @@ fn storable_worker(worker_id: &WorkerId) -> StoreResult<&str> {
 
 async fn claim_one(
     tx: &mut Tx,
+    expired: &AtomicU64,
     receipt_id: &ReceiptId,
     worker_id: &WorkerId,
     now: i64,
@@ -83,6 +85,9 @@ async fn claim_one(
                 .await?;
             let leased = leased
                 .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?;
+            if row.lease_until_ms.is_some() {
+                expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             ReceiptClaim::Claimed(leased.claim()?)
         }
         _ => ReceiptClaim::NoActiveWork,
@@ -91,6 +96,7 @@ async fn claim_one(
 
 async fn claim_batch(
     tx: &mut Tx,
+    expired: &AtomicU64,
     worker_id: &WorkerId,
     now: i64,
     until: i64,
@@ -120,6 +126,8 @@ async fn claim_batch(
         .fetch_all(&mut **tx)
         .await?;
     rows.sort_by_key(|r| r.pick);
+    let reclaimed = rows.iter().filter(|r| r.prior_until.is_some()).count();
+    expired.fetch_add(reclaimed as u64, std::sync::atomic::Ordering::Relaxed);
     rows.iter()
         .map(|r| {
             if rules::next_row_version(r.prior_version)? != r.row.row_version {
@@ -143,7 +151,7 @@ impl PostgresStore {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let mut tx = self.begin().await?;
-        let result = claim_one(&mut tx, receipt_id, worker_id, now, until).await;
+        let result = claim_one(&mut tx, &self.expiries, receipt_id, worker_id, now, until).await;
         finish(tx, result).await
     }
 
@@ -158,7 +166,7 @@ impl PostgresStore {
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let mut tx = self.begin().await?;
         // Any error rolls back every lease of the batch.
-        let result = claim_batch(&mut tx, worker_id, now, until, limit).await;
+        let result = claim_batch(&mut tx, &self.expiries, worker_id, now, until, limit).await;
         finish(tx, result).await
     }
 }

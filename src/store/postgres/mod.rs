@@ -11,6 +11,7 @@ mod write;
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,6 +57,7 @@ pub struct PostgresStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     listener: AbortHandle,
+    expiries: AtomicU64,
 }
 
 impl PostgresStore {
@@ -106,6 +108,7 @@ impl PostgresStore {
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
+            expiries: AtomicU64::new(0),
         })
     }
 
@@ -313,5 +316,26 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
         self.status_view(now_ms, limit).await
+    }
+
+    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
+        let before = super::rows::to_i64(finished_before_ms, "finished_before_ms")?;
+        // History rows go with their receipt (ON DELETE CASCADE); SKIP LOCKED
+        // keeps retention out of the way of anything holding a row.
+        let deleted = sqlx::query(
+            "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
+             WHERE status IN ('settled', 'skipped') AND finished_at_ms < $1 LIMIT $2 \
+             FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(before)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(deleted)
+    }
+
+    fn lease_expiries_observed(&self) -> u64 {
+        self.expiries.load(Ordering::Relaxed)
     }
 }
