@@ -1,0 +1,264 @@
+//! SQLite backend: one writer connection owned by a group-commit task (see
+//! [`group`]), a small pool of readers, WAL with `synchronous=FULL` so every
+//! acknowledged commit is durable.
+
+mod group;
+mod read;
+mod write;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, SqliteConnection};
+use tokio::sync::Notify;
+
+use super::rows::to_i64;
+use super::rules;
+use super::*;
+use group::Writer;
+
+/// The SQLite store.
+pub struct SqliteStore {
+    writer: Writer,
+    reader: SqlitePool,
+    binding: SettlementStoreBinding,
+    notify: Arc<Notify>,
+    expiries: AtomicU64,
+}
+
+/// `Box::pin` an operation on the writer connection.
+macro_rules! op {
+    (|$conn:ident| $body:expr) => {
+        move |$conn: &mut SqliteConnection| -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> {
+            Box::pin(async move { $body })
+        }
+    };
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) and migrate the database at `url` (`sqlite:PATH`).
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let mut conn = options.connect().await?;
+        sqlx::migrate!("migrations/sqlite")
+            .run(&mut conn)
+            .await
+            .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))?;
+        sqlx::query(
+            "INSERT INTO store_identity (id, binding) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(rules::new_binding()?.to_vec())
+        .execute(&mut conn)
+        .await?;
+        let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
+            .fetch_one(&mut conn)
+            .await?;
+        let digest: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        Ok(Self {
+            writer: Writer::start(conn),
+            reader,
+            binding: SettlementStoreBinding::from_digest(digest),
+            notify: Arc::new(Notify::new()),
+            expiries: AtomicU64::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl SettlementOutcomeStore for SqliteStore {
+    fn settlement_store_binding(&self) -> SettlementStoreBinding {
+        self.binding
+    }
+
+    fn backend(&self) -> BackendKind {
+        BackendKind::Sqlite
+    }
+
+    fn work_notifier(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM store_identity")
+            .fetch_one(&self.reader)
+            .await?;
+        Ok(())
+    }
+
+    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let receipts = receipts.to_vec();
+        let results = self
+            .writer
+            .write(op!(|conn| write::enqueue(conn, &receipts, now).await))
+            .await?;
+        if results.contains(&Enqueued::Created) {
+            self.notify.notify_waiters();
+        }
+        Ok(results)
+    }
+
+    async fn claim_receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+    ) -> StoreResult<ReceiptClaim> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let until = rules::lease_deadline(now_ms, lease_ms.get())?;
+        let (id, worker) = (receipt_id.clone(), worker_id.clone());
+        let (found, expired) = self
+            .writer
+            .write(op!(|conn| write::claim_receipt(
+                conn, &id, &worker, now, until
+            )
+            .await))
+            .await?;
+        self.expiries
+            .fetch_add(u64::from(expired), Ordering::Relaxed);
+        Ok(found)
+    }
+
+    async fn claim_due(
+        &self,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+        limit: ClaimLimit,
+    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let until = rules::lease_deadline(now_ms, lease_ms.get())?;
+        let worker = worker_id.clone();
+        let (claims, expired) = self
+            .writer
+            .write(op!(|conn| write::claim_due(
+                conn, &worker, now, until, limit
+            )
+            .await))
+            .await?;
+        self.expiries.fetch_add(expired, Ordering::Relaxed);
+        Ok(claims)
+    }
+
+    async fn record_claimed_outcomes(
+        &self,
+        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+        let outcomes = outcomes.to_vec();
+        let results = self
+            .writer
+            .write(op!(|conn| write::record(
+                conn,
+                &outcomes,
+                policy,
+                observed_at_ms
+            )
+            .await))
+            .await?;
+        if results
+            .iter()
+            .any(|r| matches!(r, Ok(SettlementRoute::RetryScheduled { .. })))
+        {
+            self.notify.notify_waiters();
+        }
+        Ok(results)
+    }
+
+    async fn extend_lease(
+        &self,
+        claim: &SettlementAttemptClaim,
+        extend_ms: LeaseMs,
+        now_ms: u64,
+    ) -> StoreResult<SettlementAttemptClaim> {
+        let until = rules::lease_deadline(now_ms, extend_ms.get())?;
+        let claim = claim.clone();
+        self.writer
+            .write(op!(|conn| write::extend(conn, &claim, now_ms, until).await))
+            .await
+    }
+
+    async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+        let claim = claim.clone();
+        self.writer
+            .write(op!(|conn| write::release(conn, &claim, now_ms).await))
+            .await?;
+        self.notify.notify_waiters();
+        Ok(())
+    }
+
+    async fn receipt(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
+        read::view(&self.reader, receipt_id.as_str(), to_i64(now_ms, "now_ms")?).await
+    }
+
+    async fn dead_letters(
+        &self,
+        limit: usize,
+        after: Option<DeadLetterCursor>,
+    ) -> StoreResult<Vec<DeadLetter>> {
+        read::dead_letters(&self.reader, limit, after).await
+    }
+
+    async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
+        let mut conn = self.reader.acquire().await?;
+        read::row(&mut conn, receipt_id.as_str())
+            .await?
+            .map_or(Ok(None), |r| r.dead_letter())
+    }
+
+    async fn redrive(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let id = receipt_id.clone();
+        let view = self
+            .writer
+            .write(op!(|conn| write::redrive(conn, &id, now).await))
+            .await?;
+        if view.is_some() {
+            self.notify.notify_waiters();
+        }
+        Ok(view)
+    }
+
+    async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
+        read::status(&self.reader, to_i64(now_ms, "now_ms")?, limit).await
+    }
+
+    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
+        let before = to_i64(finished_before_ms, "finished_before_ms")?;
+        self.writer
+            .write(op!(|conn| write::purge(conn, before, limit).await))
+            .await
+    }
+
+    fn lease_expiries_observed(&self) -> u64 {
+        self.expiries.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,120 @@
+//! Reads, on the reader pool (WAL readers never wait for the writer).
+
+use sqlx::{SqliteConnection, SqlitePool};
+
+use super::super::rows::{HistoryRow, ReceiptRow, to_i64};
+use super::super::rules;
+use super::super::*;
+use crate::receipt_columns;
+
+/// The state a row reports at `?1`, in SQL.
+macro_rules! state_case {
+    () => {
+        "(CASE WHEN status <> 'active' THEN status WHEN lease_until_ms > ?1 THEN 'leased' \
+          WHEN attempts = 0 THEN 'pending' ELSE 'retry_scheduled' END)"
+    };
+}
+
+/// One receipt row.
+pub async fn row(conn: &mut SqliteConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id = ?1"
+    ))
+    .bind(receipt_id)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// A receipt's history, oldest first.
+pub async fn history(
+    conn: &mut SqliteConnection,
+    receipt_id: &str,
+) -> StoreResult<Vec<HistoryRow>> {
+    Ok(sqlx::query_as(
+        "SELECT attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
+         observed_at_ms, route FROM receipt_history WHERE receipt_id = ?1 ORDER BY id",
+    )
+    .bind(receipt_id)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// A receipt and its history from one snapshot.
+pub async fn view(
+    pool: &SqlitePool,
+    receipt_id: &str,
+    now: i64,
+) -> StoreResult<Option<ReceiptView>> {
+    let mut tx = pool.begin().await?;
+    let Some(found) = row(&mut tx, receipt_id).await? else {
+        return Ok(None);
+    };
+    let entries = history(&mut tx, receipt_id).await?;
+    tx.commit().await?;
+    found.view(now, entries).map(Some)
+}
+
+/// A page of dead letters after `after`.
+pub async fn dead_letters(
+    pool: &SqlitePool,
+    limit: usize,
+    after: Option<DeadLetterCursor>,
+) -> StoreResult<Vec<DeadLetter>> {
+    let (after_at, after_id) = match after {
+        Some((at, id)) => (to_i64(at, "cursor")?, id),
+        None => (-1, String::new()),
+    };
+    let rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE status = 'dead_lettered' AND (finalized_at, receipt_id) > (?1, ?2) \
+          ORDER BY finalized_at, receipt_id LIMIT ?3"
+    ))
+    .bind(after_at)
+    .bind(after_id)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .filter_map(|r| r.dead_letter().transpose())
+        .collect()
+}
+
+/// Counts, oldest due time and samples, from one snapshot.
+pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<StatusView> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut tx = pool.begin().await?;
+    let counted: Vec<(String, i64)> = sqlx::query_as(concat!(
+        "SELECT ",
+        state_case!(),
+        " AS st, COUNT(*) FROM receipts GROUP BY st"
+    ))
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await?;
+    let oldest: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(next_visible_at_ms) FROM receipts WHERE status = 'active' \
+         AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)",
+    )
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    let mut samples = Vec::new();
+    for state in ReceiptState::ALL {
+        let rows: Vec<rules::SampleRow> = sqlx::query_as(concat!(
+            "SELECT receipt_id, finalized_at, attempts FROM receipts WHERE ",
+            state_case!(),
+            " = ?2 ORDER BY finalized_at, receipt_id LIMIT ?3"
+        ))
+        .bind(now)
+        .bind(state.as_str())
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        samples.push((state, rows));
+    }
+    tx.commit().await?;
+    rules::build_status(now, counted, oldest, samples)
+}
