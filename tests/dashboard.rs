@@ -1,0 +1,252 @@
+//! The operator dashboard in a real browser: starts the real binary with an operator token,
+//! seeds receipts in every interesting state through the API, then runs
+//! `node tests/dashboard/dashboard.test.mjs` (playwright-core driving headless Debian Chromium).
+//!
+//! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
+//! (`bash tests/dashboard/ci-setup.sh` installs the last two). Without them the test prints
+//! `SKIPPED: …` and passes, except when `CI` is set: there a missing piece fails it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TOKEN: &str = "operator-dashboard-token-0123456789";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const SETUP: &str = "bash tests/dashboard/ci-setup.sh   (or: apt-get install -y chromium && npm ci --prefix tests/dashboard)";
+const NODE_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn project() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// What this test needs that the machine lacks, each with its reason.
+fn missing_pieces() -> Vec<String> {
+    let mut missing = Vec::new();
+    let node = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !node.is_ok_and(|s| s.success()) {
+        missing.push("`node` is not on PATH".to_owned());
+    }
+    if !Path::new(CHROMIUM).exists() {
+        missing.push(format!("{CHROMIUM} is missing"));
+    }
+    let module = project().join("tests/dashboard/node_modules/playwright-core/package.json");
+    if !module.exists() {
+        missing.push("tests/dashboard/node_modules is missing (playwright-core)".to_owned());
+    }
+    missing
+}
+
+/// The server process; killed when dropped, even when the test panics.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
+        .env_remove("SETTLED_DATABASE_URL")
+        .env_remove("SETTLED_LISTEN")
+        .env_remove("SETTLED_TOKENS")
+        .current_dir(dir)
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--token", &format!("operator:{TOKEN}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn settled");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        let line = line.expect("log line");
+        let entry: Value = serde_json::from_str(&line).expect("json log line");
+        if let Some(address) = entry["fields"]["address"].as_str() {
+            let base = format!("http://{address}");
+            // Keep draining the log so the server never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return Server { child, base };
+        }
+    }
+    let _ = child.kill();
+    let status = child.wait();
+    panic!("settled exited without listening: {status:?}");
+}
+
+struct Api {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    async fn call(&self, path: &str, body: Option<Value>) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let request = match body {
+            Some(body) => self.client.post(url).json(&body),
+            None => self.client.get(url),
+        };
+        let response = request.bearer_auth(TOKEN).send().await.expect("request");
+        let status = response.status().as_u16();
+        let value = response.json().await.unwrap_or(Value::Null);
+        (status, value)
+    }
+
+    async fn expect(&self, path: &str, body: Option<Value>, status: u16) -> Value {
+        let (got, value) = self.call(path, body).await;
+        assert_eq!(got, status, "{path}: {value}");
+        value
+    }
+
+    async fn enqueue(&self, id: &str, finalized_at: u64) {
+        let body =
+            json!({"receipt_id": id, "finalized_at": finalized_at, "observation": {"amount": 42}});
+        self.expect("/v1/receipts", Some(body), 201).await;
+    }
+
+    async fn claim(&self, id: &str, lease_ms: u64) -> Value {
+        let body = json!({"worker_id": "dashboard-worker", "lease_ms": lease_ms});
+        self.expect(&format!("/v1/receipts/{id}/claim"), Some(body), 200)
+            .await
+    }
+
+    async fn outcome(&self, claim: &Value, outcome: Value) -> Value {
+        let id = claim["receipt_id"].as_str().expect("receipt_id");
+        let body = json!({"claim": claim, "outcome": outcome});
+        self.expect(&format!("/v1/receipts/{id}/outcome"), Some(body), 200)
+            .await
+    }
+}
+
+/// Some pending, one leased, one settled, two dead-lettered.
+async fn seed(api: &Api) {
+    for (i, id) in ["pending-1", "pending-2", "pending-3"].iter().enumerate() {
+        api.enqueue(id, 1_764_460_800 + i as u64).await;
+    }
+    api.enqueue("leased-1", 1_764_460_810).await;
+    api.claim("leased-1", 3_600_000).await;
+    api.enqueue("settled-1", 1_764_460_820).await;
+    let claim = api.claim("settled-1", 60_000).await;
+    let route = api
+        .outcome(
+            &claim,
+            json!({"kind": "accepted", "transcript_id": "tx-dashboard-1"}),
+        )
+        .await;
+    assert_eq!(route["kind"], "no_action", "accepted: {route}");
+    for (id, at) in [("dead-1", 1_764_460_830), ("dead-2", 1_764_460_840)] {
+        api.enqueue(id, at).await;
+        let claim = api.claim(id, 60_000).await;
+        let outcome = json!({"kind": "permanent", "code": "invalid_receipt_signature", "detail": "seeded by tests/dashboard.rs"});
+        let route = api.outcome(&claim, outcome).await;
+        assert_eq!(route["kind"], "dead_lettered", "{id}: {route}");
+    }
+    let status = api.expect("/v1/status?limit=1", None, 200).await;
+    assert_eq!(
+        status["counts"],
+        json!({"pending": 3, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2}),
+        "seeded counts"
+    );
+}
+
+/// Run the browser test, echoing its output, and return whether it exited 0.
+fn run_node(base: &str) -> bool {
+    let mut child = Command::new("node")
+        .arg("tests/dashboard/dashboard.test.mjs")
+        .current_dir(project())
+        .env("BASE", base)
+        .env("TOKEN", TOKEN)
+        .env("REDRIVE_ID", "dead-2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn node");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for node") {
+            break Some(status);
+        }
+        if started.elapsed() > NODE_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    println!("--- node tests/dashboard/dashboard.test.mjs: stdout ---");
+    print!("{}", out.join().unwrap_or_default());
+    println!("--- stderr ---");
+    print!("{}", err.join().unwrap_or_default());
+    println!("--- exit: {status:?} ---");
+    match status {
+        Some(status) => status.success(),
+        None => {
+            println!("node did not finish within {NODE_TIMEOUT:?} and was killed");
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
+    let missing = missing_pieces();
+    if !missing.is_empty() {
+        let reasons = missing.join("; ");
+        assert!(
+            !in_ci(),
+            "CI is set and the dashboard test cannot run: {reasons}. Set it up with: {SETUP}"
+        );
+        println!("SKIPPED: dashboard browser test: {reasons}. Set it up with: {SETUP}");
+        return;
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path());
+    let api = Api {
+        client: reqwest::Client::new(),
+        base: server.base.clone(),
+    };
+    seed(&api).await;
+
+    let base = server.base.clone();
+    let passed = tokio::task::spawn_blocking(move || run_node(&base))
+        .await
+        .expect("node runner");
+    assert!(
+        passed,
+        "the dashboard browser test failed (its output is above)"
+    );
+
+    // The redrive the browser made is in the store.
+    let redriven = api.expect("/v1/receipts/dead-2", None, 200).await;
+    assert_eq!(redriven["state"], "pending");
+    assert_eq!(redriven["attempts"], 0);
+    drop(server);
+}

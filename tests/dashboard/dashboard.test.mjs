@@ -1,0 +1,281 @@
+// Drives the operator dashboard (GET /) in headless Debian Chromium through playwright-core.
+//
+//   BASE=http://127.0.0.1:8080 TOKEN=<operator token> node tests/dashboard/dashboard.test.mjs
+//
+// Optional: REDRIVE_ID (the dead-lettered receipt to redrive; default the first dead letter),
+// CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes dashboard-laptop.png and
+// dashboard-phone.png there). The server must hold at least one dead-lettered receipt.
+// Exits 0 when every check passes, 1 with a message naming the failed step otherwise.
+// tests/dashboard.rs starts the real binary, seeds it and runs this script.
+
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const STATES = ["pending", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered"];
+const BASE = (process.env.BASE || "").replace(/\/+$/, "");
+const TOKEN = process.env.TOKEN || "";
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || "";
+const STEP_TIMEOUT_MS = 10_000;
+const OVERALL_TIMEOUT_MS = 120_000;
+const CHROMIUM_FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-background-networking",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+let step = "start";
+let passed = 0;
+
+function check(name) {
+  step = name;
+}
+
+function ok(message) {
+  passed += 1;
+  console.log(`ok ${passed} - ${message}`);
+}
+
+async function api(method, urlPath) {
+  let response;
+  try {
+    response = await fetch(BASE + urlPath, {
+      method,
+      headers: { Authorization: `Bearer ${TOKEN}`, Accept: "application/json" },
+    });
+  } catch (error) {
+    throw new Error(`cannot reach ${BASE} (${method} ${urlPath}): ${error.cause?.message ?? error.message}`);
+  }
+  const text = await response.text();
+  assert.ok(response.ok, `${method} ${urlPath} answered ${response.status}: ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** Poll `read` until `accept(value)` holds or the step times out; returns the last value. */
+async function until(read, accept, timeoutMs = STEP_TIMEOUT_MS) {
+  const deadline = Date.now() + timeoutMs;
+  let value = await read();
+  while (!accept(value) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    value = await read();
+  }
+  return value;
+}
+
+async function pageCounts(page) {
+  return page.$$eval(
+    "#counts [data-state]",
+    (cards, states) => {
+      const out = {};
+      for (const card of cards) {
+        const state = card.getAttribute("data-state");
+        if (!states.includes(state)) continue;
+        const n = card.querySelector(".n");
+        out[state] = n ? n.textContent.trim() : null;
+      }
+      return out;
+    },
+    STATES,
+  );
+}
+
+function asNumbers(counts) {
+  const out = {};
+  for (const state of STATES) {
+    const text = counts[state];
+    out[state] = typeof text === "string" && /^\d+$/.test(text) ? Number(text) : text;
+  }
+  return out;
+}
+
+function apiNumbers(status) {
+  const out = {};
+  for (const state of STATES) out[state] = status.counts[state];
+  return out;
+}
+
+/** The page's counts equal /v1/status (polled: the page refreshes every 2 s). */
+async function countsMatch(page, label) {
+  let api_ = null;
+  const shown = await until(
+    async () => {
+      api_ = apiNumbers(await api("GET", "/v1/status?limit=1"));
+      return asNumbers(await pageCounts(page));
+    },
+    (shown_) => JSON.stringify(shown_) === JSON.stringify(api_),
+  );
+  assert.deepEqual(shown, api_, `${label}: counts on the page differ from GET /v1/status`);
+  return shown;
+}
+
+async function horizontalOverflow(page) {
+  return page.evaluate(() => ({
+    scrollWidth: document.documentElement.scrollWidth,
+    bodyScrollWidth: document.body.scrollWidth,
+    innerWidth: window.innerWidth,
+  }));
+}
+
+async function main() {
+  check("configuration");
+  assert.ok(BASE, "set BASE to the server's base URL, e.g. BASE=http://127.0.0.1:8080");
+  assert.ok(TOKEN, "set TOKEN to an operator token");
+  const origin = new URL(BASE).origin;
+
+  check("seeded data");
+  const letters = (await api("GET", "/v1/dead-letters?limit=50")).dead_letters;
+  assert.ok(letters.length > 0, "the server holds no dead-lettered receipt to redrive");
+  const target = process.env.REDRIVE_ID || letters[0].receipt_id;
+  assert.ok(
+    letters.some((l) => l.receipt_id === target),
+    `REDRIVE_ID ${target} is not among the dead letters`,
+  );
+
+  check("launch chromium");
+  const profile = await mkdtemp(path.join(tmpdir(), "settled-dashboard-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_FLAGS,
+    viewport: { width: 1280, height: 800 },
+    timeout: 30_000,
+  });
+  let page = null;
+  try {
+    context.setDefaultTimeout(STEP_TIMEOUT_MS);
+    page = context.pages()[0] || (await context.newPage());
+    const foreign = [];
+    const pageErrors = [];
+    page.on("request", (request) => {
+      const url = request.url();
+      const { protocol } = new URL(url);
+      if (protocol === "data:" || protocol === "blob:" || protocol === "about:") return;
+      if (new URL(url).origin !== origin) foreign.push(url);
+    });
+    page.on("pageerror", (error) => pageErrors.push(error.message));
+    ok(`chromium ${context.browser()?.version() ?? ""} started`);
+
+    check("open the page");
+    const response = await page.goto(`${BASE}/`, { waitUntil: "load" });
+    assert.equal(response?.status(), 200, "GET / did not answer 200");
+    assert.equal(await page.title(), "settled");
+    ok("GET / loaded");
+
+    check("enter the token");
+    await page.locator("#token").fill(TOKEN);
+    await page.locator('#token-form [type="submit"]').click();
+    await page.locator('#counts [data-state="pending"] .n').waitFor({ state: "visible" });
+    ok("token accepted, counts rendered");
+
+    check("counts match /v1/status");
+    const cards = await page.$$eval("#counts [data-state]", (all) => all.map((c) => c.getAttribute("data-state")));
+    for (const state of STATES) assert.ok(cards.includes(state), `no card with data-state="${state}"`);
+    const shown = await countsMatch(page, "after sign-in");
+    ok(`counts match the API: ${JSON.stringify(shown)}`);
+
+    check("dead-letter table");
+    const rowsSelector = "#dead-letters tr[data-receipt]";
+    await page.locator(rowsSelector).first().waitFor({ state: "attached" });
+    const rowIds = await page.$$eval(rowsSelector, (rows) => rows.map((r) => r.getAttribute("data-receipt")));
+    assert.deepEqual(
+      [...rowIds].sort(),
+      letters.map((l) => l.receipt_id).sort(),
+      "dead-letter rows differ from GET /v1/dead-letters",
+    );
+    ok(`dead-letter rows match the API: ${rowIds.join(", ")}`);
+
+    if (SCREENSHOT_DIR) {
+      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-laptop.png"), fullPage: true });
+    }
+
+    check(`redrive ${target}`);
+    const row = page.locator(`${rowsSelector}[data-receipt=${JSON.stringify(target)}]`);
+    assert.equal(await row.count(), 1, `no dead-letter row for ${target}`);
+    await row.getByRole("button", { name: "Redrive" }).click();
+    await row.waitFor({ state: "detached" });
+    const redriven = await api("GET", `/v1/receipts/${encodeURIComponent(target)}`);
+    assert.equal(redriven.state, "pending", `${target} after redrive`);
+    assert.equal(redriven.attempts, 0, `${target} attempts after redrive`);
+    // The row stays gone (no stale refresh brings it back) and the counts follow.
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    assert.equal(await row.count(), 0, `the row for ${target} came back after the redrive`);
+    const after = await countsMatch(page, "after redrive");
+    assert.equal(after.dead_lettered, shown.dead_lettered - 1, "dead_lettered count after redrive");
+    assert.equal(await page.locator("#error").isHidden(), true, "an error is shown after redrive");
+    ok(`redrive removed the row; ${target} is pending with attempts 0`);
+
+    check(`look up ${target}`);
+    await page.locator("#lookup-id").fill(target);
+    await page.locator('#lookup-form [type="submit"]').click();
+    await page.locator("#lookup-state").waitFor({ state: "visible" });
+    assert.equal((await page.locator("#lookup-state strong").textContent()).trim(), "pending", "state shown");
+    assert.match(await page.locator("#lookup-state").textContent(), /attempts 0\b/, "attempts shown");
+    const historyRows = await page.$$eval("#lookup table tbody tr", (rows) =>
+      rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent)),
+    );
+    assert.equal(historyRows.length, redriven.history.length, "history rows shown vs. the API's history");
+    assert.ok(historyRows.length >= 2, "history has the permanent outcome and the redrive");
+    const outcomes = historyRows.map((cells) => cells[1]);
+    assert.deepEqual(outcomes, redriven.history.map((h) => h.outcome), "history outcomes shown");
+    assert.ok(outcomes.includes("permanent") && outcomes.includes("redrive"), `history: ${outcomes}`);
+    ok(`lookup shows pending and history ${outcomes.join(" → ")}`);
+
+    check("laptop layout");
+    const wide = await horizontalOverflow(page);
+    assert.ok(wide.scrollWidth <= wide.innerWidth, `horizontal overflow at 1280 px: ${JSON.stringify(wide)}`);
+    ok("no horizontal overflow at 1280x800");
+
+    check("phone layout");
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+    const narrow = await horizontalOverflow(page);
+    assert.ok(
+      narrow.scrollWidth <= narrow.innerWidth,
+      `horizontal overflow at 390 px: ${JSON.stringify(narrow)}`,
+    );
+    if (SCREENSHOT_DIR) {
+      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-phone.png"), fullPage: true });
+    }
+    ok("no horizontal overflow at 390x844");
+
+    check("offline");
+    assert.deepEqual(foreign, [], `the page made requests to hosts other than ${origin}`);
+    assert.deepEqual(pageErrors, [], "uncaught errors in the page");
+    ok(`every request went to ${origin}; no uncaught page errors`);
+  } catch (error) {
+    if (page) {
+      const shot = path.join(tmpdir(), "dashboard-failure.png");
+      await page.screenshot({ path: shot, fullPage: true }).then(
+        () => console.error(`screenshot of the failure: ${shot}`),
+        () => {},
+      );
+    }
+    throw error;
+  } finally {
+    await context.close().catch(() => {});
+    await rm(profile, { recursive: true, force: true }).catch(() => {});
+  }
+}
+
+const timer = setTimeout(() => {
+  console.error(`FAIL (${step}): the dashboard test took longer than ${OVERALL_TIMEOUT_MS / 1000} s`);
+  process.exit(1);
+}, OVERALL_TIMEOUT_MS);
+timer.unref();
+
+try {
+  await main();
+  console.log(`dashboard test: all ${passed} checks passed`);
+  process.exit(0);
+} catch (error) {
+  console.error(`FAIL (${step}): ${error && error.message ? error.message : error}`);
+  process.exit(1);
+}
