@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # Build: docker build -t settled .
 # Run:   docker run -p 8080:8080 -v settled-data:/data \
-#          -e SETTLED_TOKENS=operator:change-me,worker:change-me-too settled
+#          -e SETTLED_TOKENS=operator:$(openssl rand -hex 24),worker:$(openssl rand -hex 24) settled
+# (tokens are 16..=256 visible ASCII characters; keep them somewhere safe to give to clients)
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.

@@ -9,7 +9,7 @@ use crate::store::postgres::PostgresOptions;
 
 /// settled: settles payment receipts reliably over HTTP/JSON.
 #[derive(Debug, Parser)]
-#[command(name = "settled", version, about)]
+#[command(name = "settled", version, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -78,7 +78,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLED_PG_STATEMENT_TIMEOUT_MS", default_value_t = PostgresOptions::default().statement_timeout_ms)]
     pub pg_statement_timeout_ms: u64,
     /// Remove settled and skipped receipts (and their history) this long after they finished,
-    /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent.
+    /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent. A removed
+    /// receipt is forgotten: enqueueing its id again creates a new receipt, so keep this
+    /// longer than any producer may retry an enqueue.
     #[arg(long, env = "SETTLED_RETAIN_FINISHED", value_parser = humantime::parse_duration)]
     pub retain_finished: Option<std::time::Duration>,
     /// Log line format.

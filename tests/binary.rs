@@ -164,6 +164,8 @@ fn anonymous_service_refuses_non_loopback_addresses_and_unknown_schemes() {
         "unknown role `admin`",
     );
     refuses(&["--token", "worker:short"], "16..=256");
+    // Options before the sub-command would be ignored by `serve`: refuse them.
+    refuses(&["--max-retries", "99", "serve"], "cannot be used with");
 }
 
 #[tokio::test]
@@ -175,7 +177,9 @@ async fn with_tokens_it_listens_anywhere_and_requires_them() {
             "SETTLED_TOKENS",
             "worker:worker-secret-0123456789,operator:operator-secret-0123",
         )
-        .args(["--listen", "0.0.0.0:0", "--log-format", "json"])
+        .env("SETTLED_LISTEN", "0.0.0.0:0")
+        // As the Docker image runs it: configuration from the environment, then `serve`.
+        .args(["serve", "--log-format", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -1,0 +1,636 @@
+//! The polyglot examples run against the real binary: the Python worker, the
+//! Node.js worker (each as three concurrent processes with injected rail
+//! failures and slow settlements) and the curl operator walkthrough. Each runs
+//! against a server of its own, and the end state is checked through the API:
+//! every receipt finished (settled, skipped or dead-lettered), each settled
+//! receipt accepted exactly once, and the counts agree with `/v1/status`.
+//!
+//! An example whose interpreter (`python3`, `node` 18+, `bash`, `curl`, `jq`)
+//! is missing is skipped with a message saying so. Run with `--nocapture` to
+//! see how long each example took.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const WORKER_TOKEN: &str = "worker-token-0123456789abcdef";
+const OPERATOR_TOKEN: &str = "operator-token-0123456789abcdef";
+
+/// Receipts enqueued for each worker example.
+const RECEIPTS: usize = 300;
+/// How long one example's worker phase may take before it is a failure.
+const WORKERS_DEADLINE: Duration = Duration::from_secs(40);
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// `Some(version text)` when `tool --version` runs.
+fn tool_version(tool: &str) -> Option<String> {
+    let out = Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    })
+}
+
+/// Whether every tool is installed; prints which are missing otherwise.
+fn have_tools(example: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| tool_version(t).is_none())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "SKIPPED: the {example} example did not run: {} not found on PATH",
+        missing.join(", ")
+    );
+    false
+}
+
+/// Percent-encode a receipt id for a URL path: everything but unreserved characters.
+fn enc(id: &str) -> String {
+    id.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// The server
+
+/// A running `settled` on an ephemeral port with a fresh SQLite database.
+struct Server {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = format!("sqlite:{}", dir.path().join("settled.db").display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
+            .env_remove("SETTLED_DATABASE_URL")
+            .env_remove("SETTLED_LISTEN")
+            .env_remove("SETTLED_TOKENS")
+            .current_dir(dir.path())
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(["--database-url", &db])
+            // A quick retry policy, so retried receipts come back within the test.
+            .args(["--initial-backoff-ms", "20", "--backoff-cap-ms", "200"])
+            .args(["--token", &format!("worker:{WORKER_TOKEN}")])
+            .args(["--token", &format!("operator:{OPERATOR_TOKEN}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn settled");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut base = None;
+        for line in lines.by_ref() {
+            let line = line.expect("log line");
+            let entry: Value = serde_json::from_str(&line).expect("json log line");
+            if let Some(address) = entry["fields"]["address"].as_str() {
+                base = Some(format!("http://{address}"));
+                break;
+            }
+        }
+        let Some(base) = base else {
+            let _ = child.kill();
+            panic!("settled exited without listening: {:?}", child.wait());
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self {
+            child,
+            base,
+            client: reqwest::Client::new(),
+            dir,
+        }
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).expect("json body")
+        };
+        (status, body)
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, body) = self
+            .send(self.client.get(format!("{}{path}", self.base)))
+            .await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let (status, out) = self
+            .send(self.client.post(format!("{}{path}", self.base)).json(&body))
+            .await;
+        assert_eq!(status, 200, "POST {path}: {out}");
+        out
+    }
+
+    async fn counts(&self) -> Value {
+        self.get("/v1/status?limit=1").await["counts"].clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn count(counts: &Value, state: &str) -> u64 {
+    counts[state]
+        .as_u64()
+        .unwrap_or_else(|| panic!("counts.{state} in {counts}"))
+}
+
+// ---------------------------------------------------------------------------
+// Receipts and the end-state check
+
+/// What the test enqueued: the id and whether its amount is 0.
+struct Expected {
+    receipt_id: String,
+    zero: bool,
+}
+
+/// Enqueue `n` receipts in one batch: every tenth has amount 0 (a worker skips
+/// it), every fiftieth has an id that needs percent-encoding.
+async fn enqueue(server: &Server, n: usize) -> Vec<Expected> {
+    let mut expected = Vec::with_capacity(n);
+    let mut receipts = Vec::with_capacity(n);
+    for i in 0..n {
+        let receipt_id = if i % 50 == 7 {
+            format!("ex/{i:04} é?#%+")
+        } else {
+            format!("ex-{i:04}")
+        };
+        let zero = i % 10 == 0;
+        let amount = if zero { 0 } else { 100 + i };
+        receipts.push(json!({
+            "receipt_id": receipt_id,
+            "finalized_at": 1_764_460_800 + i,
+            "observation": {"amount_cents": amount},
+        }));
+        expected.push(Expected { receipt_id, zero });
+    }
+    let out = server
+        .post("/v1/receipts/batch", json!({"receipts": receipts}))
+        .await;
+    let results = out["results"].as_array().expect("results");
+    assert_eq!(results.len(), n);
+    assert!(
+        results.iter().all(|r| r["status"] == "created"),
+        "every receipt created: {out}"
+    );
+    expected
+}
+
+/// Check that every receipt finished exactly once and the counts agree with
+/// `/v1/status`; returns the number per final state.
+async fn check_end_state(server: &Server, expected: &[Expected]) -> BTreeMap<String, u64> {
+    let mut tally: BTreeMap<String, u64> = BTreeMap::new();
+    for e in expected {
+        let view = server
+            .get(&format!("/v1/receipts/{}", enc(&e.receipt_id)))
+            .await;
+        let id = &e.receipt_id;
+        let state = view["state"].as_str().expect("state").to_owned();
+        let history = view["history"].as_array().expect("history");
+        let accepted = history
+            .iter()
+            .filter(|h| h["outcome"] == "accepted")
+            .count();
+        match state.as_str() {
+            "settled" => {
+                assert_eq!(accepted, 1, "{id}: one accepted entry: {view}");
+                assert!(view["transcript_id"].is_string(), "{id}: {view}");
+                assert!(!e.zero, "{id}: amount 0 must be skipped, not settled");
+            }
+            "skipped" => {
+                assert_eq!(accepted, 0, "{id}: {view}");
+                assert_eq!(view["skip_reason"], "zero_charge", "{id}: {view}");
+                assert!(e.zero, "{id}: only amount 0 is skipped");
+            }
+            "dead_lettered" => {
+                assert_eq!(accepted, 0, "{id}: {view}");
+                assert!(view["dead_letter"].is_object(), "{id}: {view}");
+                assert!(!e.zero, "{id}: amount 0 is skipped, never fails");
+            }
+            other => panic!("{id} did not finish: state {other}: {view}"),
+        }
+        assert!(view["lease"].is_null(), "{id}: no lease left: {view}");
+        *tally.entry(state).or_default() += 1;
+    }
+
+    let counts = server.counts().await;
+    for state in ["pending", "leased", "retry_scheduled"] {
+        assert_eq!(count(&counts, state), 0, "{state}: {counts}");
+    }
+    for state in ["settled", "skipped", "dead_lettered"] {
+        assert_eq!(
+            count(&counts, state),
+            tally.get(state).copied().unwrap_or(0),
+            "/v1/status counts {state} like the receipts do: {counts}"
+        );
+    }
+
+    // The dead-letter list, page by page, holds exactly the dead letters.
+    let mut listed = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            Some(cursor) => format!("/v1/dead-letters?limit=7&after={}", enc(cursor)),
+            None => "/v1/dead-letters?limit=7".to_owned(),
+        };
+        let page = server.get(&path).await;
+        listed += page["dead_letters"].as_array().expect("dead_letters").len() as u64;
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(listed, count(&counts, "dead_lettered"), "dead-letter pages");
+    tally
+}
+
+// ---------------------------------------------------------------------------
+// Running the workers
+
+/// A worker process with its output in files (a pipe could fill and block it).
+struct WorkerProcess {
+    name: String,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+fn spawn_worker(
+    server: &Server,
+    program: &str,
+    script: &Path,
+    name: &str,
+    args: &[&str],
+) -> WorkerProcess {
+    let stdout = server.dir.path().join(format!("{name}.out"));
+    let stderr = server.dir.path().join(format!("{name}.err"));
+    let child = Command::new(program)
+        .arg(script)
+        .args(["--worker-id", name])
+        .args(args)
+        .env("SETTLED_URL", &server.base)
+        .env("SETTLED_TOKEN", WORKER_TOKEN)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program} {}: {e}", script.display()));
+    WorkerProcess {
+        name: name.to_owned(),
+        child,
+        stdout,
+        stderr,
+    }
+}
+
+impl WorkerProcess {
+    /// Wait for the exit, failing the test past `deadline`.
+    async fn wait(&mut self, deadline: Instant) -> ExitStatus {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "worker {} did not exit in time; its log:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The counters the worker prints on exit.
+    fn summary(&self) -> Value {
+        let out = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        out.lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "worker {} printed no summary; stdout: {out}\nstderr: {}",
+                    self.name,
+                    self.log()
+                )
+            })
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+fn sum(summaries: &[Value], key: &str) -> u64 {
+    summaries.iter().map(|s| s[key].as_u64().unwrap_or(0)).sum()
+}
+
+/// One worker example: a SIGTERM check, then three concurrent workers with
+/// injected failures settle everything; the end state is checked.
+async fn worker_example(label: &str, program: &str, script: &Path) {
+    let server = Server::start();
+    let expected = enqueue(&server, RECEIPTS).await;
+
+    // 1. SIGTERM mid-batch: the worker reports what it finished, releases
+    //    what it had not started, and exits 0. Its 30 s leases would still be
+    //    live had it not released them.
+    let mut term = spawn_worker(
+        &server,
+        program,
+        script,
+        &format!("{label}-term"),
+        &[
+            "--batch-size",
+            "40",
+            "--lease-ms",
+            "30000",
+            "--wait-ms",
+            "1000",
+            "--latency-ms",
+            "40",
+            "--timeout-rate",
+            "0",
+            "--decline-rate",
+            "0",
+        ],
+    );
+    let until = Instant::now() + Duration::from_secs(15);
+    while count(&server.counts().await, "leased") == 0 {
+        assert!(
+            Instant::now() < until,
+            "{label}: the worker never claimed anything; its log:\n{}",
+            term.log()
+        );
+        assert!(
+            matches!(term.child.try_wait(), Ok(None)),
+            "{label}: the worker exited early; its log:\n{}",
+            term.log()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sigterm(&term.child);
+    let status = term.wait(Instant::now() + Duration::from_secs(15)).await;
+    assert!(
+        status.success(),
+        "{label}: exit 0 after SIGTERM, got {status}; log:\n{}",
+        term.log()
+    );
+    let summary = term.summary();
+    let counts = server.counts().await;
+    assert_eq!(
+        count(&counts, "leased"),
+        0,
+        "{label}: every lease was reported or released on SIGTERM: {counts}; summary {summary}"
+    );
+    // Every claim was either recorded or released (a SIGTERM that lands while
+    // a finished batch is being reported leaves nothing to release).
+    let n = |key: &str| summary[key].as_u64().unwrap_or(0);
+    assert_eq!(
+        n("claimed"),
+        n("accepted") + n("skipped") + n("released"),
+        "{label}: every claim recorded or released: {summary}"
+    );
+    assert_eq!(n("lost"), 0, "{label}: no lease lost: {summary}");
+    println!("{label}: SIGTERM mid-batch: {summary}");
+
+    // 2. Three workers with injected failures settle everything.
+    let started = Instant::now();
+    let args = [
+        "--batch-size",
+        "16",
+        "--lease-ms",
+        "3000",
+        "--wait-ms",
+        "400",
+        "--exit-when-idle",
+        "3",
+        "--latency-ms",
+        "3",
+        "--timeout-rate",
+        "0.15",
+        "--decline-rate",
+        "0.03",
+        "--slow-rate",
+        "0.01",
+        "--slow-ms",
+        "1200",
+    ];
+    let mut workers: Vec<WorkerProcess> = (1..=3)
+        .map(|i| spawn_worker(&server, program, script, &format!("{label}-{i}"), &args))
+        .collect();
+    let deadline = started + WORKERS_DEADLINE;
+    // Note when the queue drains, while the workers run.
+    let mut drained_after = None;
+    while workers
+        .iter_mut()
+        .any(|w| matches!(w.child.try_wait(), Ok(None)))
+    {
+        if drained_after.is_none() {
+            let c = server.counts().await;
+            if ["pending", "leased", "retry_scheduled"]
+                .iter()
+                .all(|s| count(&c, s) == 0)
+            {
+                drained_after = Some(started.elapsed());
+            }
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut summaries = Vec::new();
+    for w in &mut workers {
+        let status = w.wait(deadline).await;
+        assert!(
+            status.success(),
+            "{} exited with {status}:\n{}",
+            w.name,
+            w.log()
+        );
+        summaries.push(w.summary());
+    }
+    let exited_after = started.elapsed();
+    let drained_after = drained_after.unwrap_or(exited_after);
+
+    let tally = check_end_state(&server, &expected).await;
+    // Counters of every worker of this example, the SIGTERM one included.
+    summaries.push(summary);
+    // A 200 for an accepted outcome means it was recorded: had two workers both
+    // been told so for one receipt, it would have been settled twice.
+    let accepted_reported = sum(&summaries, "accepted");
+    assert!(
+        accepted_reported <= tally.get("settled").copied().unwrap_or(0),
+        "{label}: {accepted_reported} accepted outcomes recorded for {tally:?}"
+    );
+    println!(
+        "{label} example: {RECEIPTS} receipts finished in {:.2} s with 3 workers \
+         (workers exited after {:.2} s, idle polls included): {tally:?}; \
+         outcomes recorded by the workers: accepted {}, skipped {}, retryable {}, permanent {}; \
+         heartbeats {}, leases lost {}, released {}",
+        drained_after.as_secs_f64(),
+        exited_after.as_secs_f64(),
+        accepted_reported,
+        sum(&summaries, "skipped"),
+        sum(&summaries, "retryable"),
+        sum(&summaries, "permanent"),
+        sum(&summaries, "heartbeats"),
+        sum(&summaries, "lost"),
+        sum(&summaries, "released"),
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The examples
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_worker_settles_every_receipt() {
+    if !have_tools("Python worker", &["python3"]) {
+        return;
+    }
+    println!("python: {}", tool_version("python3").unwrap_or_default());
+    worker_example("python", "python3", &repo("examples/python/worker.py")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_worker_settles_every_receipt() {
+    if !have_tools("Node.js worker", &["node"]) {
+        return;
+    }
+    let version = tool_version("node").unwrap_or_default();
+    let major: u32 = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 18 {
+        eprintln!(
+            "SKIPPED: the Node.js worker example did not run: it needs Node.js 18 or later (built-in fetch), found {version}"
+        );
+        return;
+    }
+    println!("node: {version}");
+    worker_example("node", "node", &repo("examples/node/worker.mjs")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_operator_walkthrough_runs() {
+    if !have_tools("curl operator", &["bash", "curl", "jq"]) {
+        return;
+    }
+    let server = Server::start();
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .arg(repo("examples/curl/operator.sh"))
+        .env("SETTLED_URL", &server.base)
+        .env("SETTLED_TOKEN", OPERATOR_TOKEN)
+        .env("RUN", "test")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run operator.sh");
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "operator.sh failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("HTTP 409"), "the spent claim is refused");
+
+    let expected = [
+        ("op-test-coffee", false),
+        ("op-test-refund", true),
+        ("op-test/tea #1", false),
+    ]
+    .map(|(id, zero)| Expected {
+        receipt_id: id.to_owned(),
+        zero,
+    });
+    let tally = check_end_state(&server, &expected).await;
+    assert_eq!(tally.get("settled"), Some(&2), "{tally:?}");
+    assert_eq!(tally.get("skipped"), Some(&1), "{tally:?}");
+
+    // The redriven receipt shows its whole life.
+    let view = server
+        .get(&format!("/v1/receipts/{}", enc("op-test/tea #1")))
+        .await;
+    let outcomes: Vec<&str> = view["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(|h| h["outcome"].as_str())
+        .collect();
+    assert_eq!(outcomes, ["permanent", "redrive", "accepted"], "{view}");
+    println!(
+        "curl operator example: 3 receipts enqueued, one dead-lettered, redriven and settled in {:.2} s",
+        took.as_secs_f64()
+    );
+}
