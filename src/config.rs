@@ -9,7 +9,12 @@ use crate::store::postgres::PostgresOptions;
 
 /// settled: settles payment receipts reliably over HTTP/JSON.
 #[derive(Debug, Parser)]
-#[command(name = "settled", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "settled",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
