@@ -181,7 +181,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
 }
 
 /// Convenience wrappers kept out of the trait so it stays small and object-safe.
-impl dyn SettlementOutcomeStore {
+impl<'a> dyn SettlementOutcomeStore + 'a {
     /// Commit one outcome (see [`SettlementOutcomeStore::record_claimed_outcomes`]).
     pub async fn record_claimed_outcome(
         &self,

@@ -1,0 +1,226 @@
+//! Lease extension (heartbeat) and release, both under the claim CAS.
+
+use settled::domain::{RetryPolicy, SettlementFailureCode, SettlementRoute};
+use settled::store::{ReceiptClaim, ReceiptState};
+
+use super::support::*;
+use crate::common::Fresh;
+
+async fn extend_moves_the_deadline_and_keeps_token_and_version(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    let extended = s.extend_lease(&c, lease(5_000), T0 + 900).await.unwrap();
+    assert_eq!(extended.lease_until_ms, T0 + 5_900);
+    let mut expected = c.clone();
+    expected.lease_until_ms = T0 + 5_900;
+    assert_eq!(
+        extended, expected,
+        "same token, owner, version and attempts"
+    );
+    let v = view(&fresh, "r", T0 + 1_000).await;
+    assert_eq!((v.state, v.row_version), (ReceiptState::Leased, 1));
+    assert_eq!(v.lease.unwrap().until_ms, T0 + 5_900);
+    assert_eq!(
+        try_claim(&fresh, "r", "x", T0 + 5_899, 10).await.unwrap(),
+        ReceiptClaim::Leased
+    );
+    // The claim as it was before the extension no longer matches.
+    assert_conflict(&record(&fresh, &c, &accepted("t"), RetryPolicy::default(), T0 + 950).await);
+    // An extension may also shorten the lease.
+    let shorter = s
+        .extend_lease(&extended, lease(10), T0 + 1_000)
+        .await
+        .unwrap();
+    assert_eq!(shorter.lease_until_ms, T0 + 1_010);
+    let route = record(
+        &fresh,
+        &shorter,
+        &accepted("t"),
+        RetryPolicy::default(),
+        T0 + 1_009,
+    )
+    .await;
+    assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+}
+
+async fn extend_is_refused_for_expired_stale_or_finished_claims(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(&fresh, &[receipt("r"), receipt("done")], T0).await;
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    let before = view(&fresh, "r", T0).await;
+    assert_conflict(&s.extend_lease(&c, lease(1_000), T0 + 1_000).await);
+    assert_conflict(&s.extend_lease(&c, lease(1_000), T0 + 1_001).await);
+    let mut forged = c.clone();
+    forged.lease_token = "a".repeat(32);
+    assert_conflict(&s.extend_lease(&forged, lease(1_000), T0 + 1).await);
+    let mut wrong_version = c.clone();
+    wrong_version.row_version = 7;
+    assert_conflict(&s.extend_lease(&wrong_version, lease(1_000), T0 + 1).await);
+    assert_eq!(view(&fresh, "r", T0).await, before);
+    // Reclaimed by someone else: the old claim is stale even if observed early.
+    let newer = claim(&fresh, "r", "w2", T0 + 1_000, 1_000).await;
+    assert_conflict(&s.extend_lease(&c, lease(1_000), T0 + 500).await);
+    assert_eq!(
+        view(&fresh, "r", T0 + 1_000).await.lease.unwrap().owner,
+        "w2"
+    );
+    let d = claim(&fresh, "done", "w", T0, 1_000).await;
+    record(&fresh, &d, &accepted("t"), RetryPolicy::default(), T0 + 1)
+        .await
+        .unwrap();
+    assert_conflict(&s.extend_lease(&d, lease(1_000), T0 + 2).await);
+    // now + extension beyond the database's integers is an invalid record.
+    let edge = i64::MAX as u64 - 10;
+    let mut far = newer.clone();
+    far.lease_until_ms = i64::MAX as u64;
+    assert_invalid(&s.extend_lease(&far, lease(11), edge).await);
+    assert_invalid(&s.extend_lease(&newer, lease(1), i64::MAX as u64 + 1).await);
+    assert_eq!(
+        view(&fresh, "r", T0 + 1_000).await.lease.unwrap().until_ms,
+        T0 + 2_000
+    );
+}
+
+async fn release_makes_work_due_at_once_without_spending_an_attempt(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(&fresh, &[receipt_with("r", FIN, None, Some(T0 - 500))], T0).await;
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    s.release_lease(&c, T0 + 10).await.unwrap();
+    let v = view(&fresh, "r", T0 + 10).await;
+    assert_eq!(
+        (v.state, v.attempts, v.row_version),
+        (ReceiptState::Pending, 0, 1)
+    );
+    assert_eq!(
+        (v.next_visible_at_ms, v.lease.is_none()),
+        (Some(T0 + 10), true)
+    );
+    assert_eq!(v.history.len(), 1);
+    let entry = &v.history[0];
+    assert_eq!(
+        (
+            entry.outcome.as_str(),
+            entry.attempt,
+            entry.worker_id.as_str()
+        ),
+        ("released", 0, "w")
+    );
+    assert_eq!(
+        (entry.observed_at_ms, entry.route.as_deref()),
+        (T0 + 10, None)
+    );
+    // The released claim is dead: every use of it conflicts.
+    assert_conflict(&record(&fresh, &c, &accepted("t"), RetryPolicy::default(), T0 + 11).await);
+    assert_conflict(&s.extend_lease(&c, lease(100), T0 + 11).await);
+    assert_conflict(&s.release_lease(&c, T0 + 11).await);
+    assert_eq!(view(&fresh, "r", T0 + 10).await, v);
+    let again = s
+        .claim_due(&worker("w2"), T0 + 10, lease(100), limit(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.len(), again[0].row_version, again[0].attempts),
+        (1, 2, 0)
+    );
+}
+
+async fn release_keeps_the_attempts_of_a_retried_receipt(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    record(&fresh, &c, &rpc("x"), RetryPolicy::default(), T0)
+        .await
+        .unwrap();
+    let c = claim(&fresh, "r", "w", T0 + 250, 1_000).await;
+    assert_eq!(c.attempts, 1);
+    s.release_lease(&c, T0 + 300).await.unwrap();
+    let v = view(&fresh, "r", T0 + 300).await;
+    assert_eq!(
+        (v.state, v.attempts, v.next_visible_at_ms),
+        (ReceiptState::RetryScheduled, 1, Some(T0 + 300))
+    );
+    assert_eq!(v.history.last().unwrap().attempt, 1);
+    let c = claim(&fresh, "r", "w", T0 + 300, 1_000).await;
+    let route = record(&fresh, &c, &rpc("x"), RetryPolicy::default(), T0 + 300)
+        .await
+        .unwrap();
+    assert_eq!(
+        route,
+        SettlementRoute::RetryScheduled {
+            attempt: 2,
+            next_visible_at_ms: T0 + 800
+        }
+    );
+}
+
+async fn release_is_refused_for_expired_or_forged_claims(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    let before = view(&fresh, "r", T0).await;
+    assert_conflict(&s.release_lease(&c, T0 + 1_000).await);
+    let mut other = c.clone();
+    other.lease_owner = "thief".into();
+    assert_conflict(&s.release_lease(&other, T0 + 1).await);
+    let mut wrong = c.clone();
+    wrong.finalized_at += 1;
+    assert_conflict(&s.release_lease(&wrong, T0 + 1).await);
+    assert_eq!(view(&fresh, "r", T0).await, before);
+    record(
+        &fresh,
+        &c,
+        &permanent(SettlementFailureCode::Backend, "x"),
+        RetryPolicy::default(),
+        T0 + 1,
+    )
+    .await
+    .unwrap();
+    assert_conflict(&s.release_lease(&c, T0 + 2).await);
+}
+
+/// Whether a registered waiter has been woken (polled once, never waits).
+async fn woken(waiter: tokio::sync::futures::Notified<'_>) -> bool {
+    tokio::time::timeout(std::time::Duration::ZERO, waiter)
+        .await
+        .is_ok()
+}
+
+/// Long-polling workers wait on the notifier: enqueue, release and redrive
+/// wake them at once. (Extra wake-ups are allowed: a backend may also relay
+/// other replicas' commits, late, so no test says when it must stay quiet.)
+async fn work_notifier_signals_new_due_work(fresh: Fresh) {
+    let s = store(&fresh);
+    let notify = s.work_notifier();
+    let waiting = notify.notified();
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    assert!(woken(waiting).await, "enqueue did not wake waiters");
+
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+
+    let waiting = notify.notified();
+    s.release_lease(&c, T0 + 1).await.unwrap();
+    assert!(woken(waiting).await, "release did not wake waiters");
+
+    let c = claim(&fresh, "r", "w", T0 + 1, 1_000).await;
+    let dead = permanent(SettlementFailureCode::Signature, "x");
+    record(&fresh, &c, &dead, RetryPolicy::default(), T0 + 2)
+        .await
+        .unwrap();
+    let waiting = notify.notified();
+    s.redrive(&rid("r"), T0 + 3).await.unwrap().unwrap();
+    assert!(woken(waiting).await, "redrive did not wake waiters");
+    // The redriven receipt is not dead-lettered any more: the old decision
+    // is no longer an identical replay.
+    assert_conflict(&record(&fresh, &c, &dead, RetryPolicy::default(), T0 + 4).await);
+    assert_eq!(state(&fresh, "r", T0 + 4).await, ReceiptState::Pending);
+}
+
+crate::on_every_backend!(
+    extend_moves_the_deadline_and_keeps_token_and_version,
+    extend_is_refused_for_expired_stale_or_finished_claims,
+    release_makes_work_due_at_once_without_spending_an_attempt,
+    release_keeps_the_attempts_of_a_retried_receipt,
+    release_is_refused_for_expired_or_forged_claims,
+    work_notifier_signals_new_due_work,
+);

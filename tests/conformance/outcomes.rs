@@ -1,0 +1,316 @@
+//! Routing outcomes: settle, skip, retry with backoff, dead-letter, the
+//! retry policy, and batches of outcomes.
+
+use settled::domain::{
+    RetryPolicy, SettlementFailureCode, SettlementRoute, SettlementRouteErrorClass,
+    SettlementSkipReason,
+};
+use settled::store::{HistoryEntry, ReceiptState};
+
+use super::support::*;
+use crate::common::Fresh;
+
+async fn accepted_settles_with_its_transcript(fresh: Fresh) {
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let c = claim(&fresh, "r", "w1", T0, 1_000).await;
+    let route = record(
+        &fresh,
+        &c,
+        &accepted("tx-42"),
+        RetryPolicy::default(),
+        T0 + 5,
+    )
+    .await;
+    assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+    let v = view(&fresh, "r", T0 + 5).await;
+    assert_eq!(
+        (v.state, v.attempts, v.row_version),
+        (ReceiptState::Settled, 0, 1)
+    );
+    assert_eq!(v.transcript_id.as_deref(), Some("tx-42"));
+    assert_eq!((v.next_visible_at_ms, v.lease.is_none()), (None, true));
+    let entry = HistoryEntry {
+        attempt: 1,
+        outcome: "accepted".into(),
+        code: None,
+        detail_sha256: None,
+        transcript_id: Some("tx-42".into()),
+        reason: None,
+        worker_id: "w1".into(),
+        observed_at_ms: T0 + 5,
+        route: Some("no_action".into()),
+    };
+    assert_eq!(v.history, [entry]);
+    assert!(
+        try_claim(&fresh, "r", "w2", T0 + 10_000, 10)
+            .await
+            .is_ok_and(|c| c == settled::store::ReceiptClaim::NoActiveWork)
+    );
+}
+
+async fn skipped_keeps_its_reason(fresh: Fresh) {
+    for (n, reason) in SettlementSkipReason::ALL.into_iter().enumerate() {
+        let id = format!("r{n}");
+        enqueue_new(&fresh, &[receipt(&id)], T0).await;
+        let c = claim(&fresh, &id, "w", T0, 1_000).await;
+        let route = record(&fresh, &c, &skipped(reason), RetryPolicy::default(), T0 + 1).await;
+        assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+        let v = view(&fresh, &id, T0 + 1).await;
+        assert_eq!(
+            (v.state, v.skip_reason),
+            (ReceiptState::Skipped, Some(reason))
+        );
+        assert_eq!(v.history.len(), 1);
+        assert_eq!(
+            (v.history[0].outcome.as_str(), v.history[0].reason),
+            ("skipped", Some(reason))
+        );
+    }
+}
+
+async fn rpc_failures_back_off_then_dead_letter_on_the_sixth(fresh: Fresh) {
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let policy = RetryPolicy::default();
+    let mut due = T0;
+    let waits = [250, 500, 1_000, 2_000, 4_000];
+    for (n, wait) in (1u32..).zip(waits) {
+        let c = claim(&fresh, "r", "w", due, 10_000).await;
+        assert_eq!((c.attempts, c.row_version), (n - 1, u64::from(n)));
+        let observed = due + 7;
+        let route = record(&fresh, &c, &rpc(&format!("timeout {n}")), policy, observed)
+            .await
+            .unwrap();
+        let next = observed + wait;
+        assert_eq!(
+            route,
+            SettlementRoute::RetryScheduled {
+                attempt: n,
+                next_visible_at_ms: next
+            }
+        );
+        let v = view(&fresh, "r", next - 1).await;
+        assert_eq!(
+            (v.state, v.attempts, v.row_version),
+            (ReceiptState::RetryScheduled, n, u64::from(n))
+        );
+        assert_eq!(v.next_visible_at_ms, Some(next));
+        assert!(v.lease.is_none(), "the lease is cleared");
+        let failure = v.last_failure.expect("last failure");
+        assert_eq!(failure.code, SettlementFailureCode::Rpc);
+        assert_eq!(failure.detail_sha256, sha256_hex(&format!("timeout {n}")));
+        let early = try_claim(&fresh, "r", "w", next - 1, 10).await.unwrap();
+        assert_eq!(early, settled::store::ReceiptClaim::NotYetVisible);
+        due = next;
+    }
+    let c = claim(&fresh, "r", "w", due, 10_000).await;
+    let route = record(&fresh, &c, &rpc("timeout 6"), policy, due + 1)
+        .await
+        .unwrap();
+    assert_eq!(route, SettlementRoute::DeadLettered { attempts: 6 });
+    let v = view(&fresh, "r", due + 1).await;
+    assert_eq!(
+        (v.state, v.attempts, v.next_visible_at_ms),
+        (ReceiptState::DeadLettered, 6, None)
+    );
+    let letter = v.dead_letter.expect("dead letter");
+    assert_eq!(
+        (letter.attempts, letter.code, letter.dead_lettered_at_ms),
+        (6, SettlementFailureCode::Rpc, due + 1)
+    );
+    let attempts: Vec<u32> = v.history.iter().map(|h| h.attempt).collect();
+    assert_eq!(attempts, [1, 2, 3, 4, 5, 6]);
+    let routes: Vec<_> = v.history.iter().map(|h| h.route.clone().unwrap()).collect();
+    assert_eq!(routes[..5], ["retry_scheduled"; 5]);
+    assert_eq!(routes[5], "dead_lettered");
+}
+
+async fn only_rpc_and_backend_are_ever_retried(fresh: Fresh) {
+    let policy = RetryPolicy::default();
+    for (n, code) in SettlementFailureCode::ALL.into_iter().enumerate() {
+        let (retry_id, perm_id) = (format!("retry-{n}"), format!("perm-{n}"));
+        enqueue_new(&fresh, &[receipt(&retry_id), receipt(&perm_id)], T0).await;
+        let c = claim(&fresh, &retry_id, "w", T0, 1_000).await;
+        let route = record(&fresh, &c, &retryable(code, "x"), policy, T0 + 3)
+            .await
+            .unwrap();
+        let expected = if matches!(
+            code,
+            SettlementFailureCode::Rpc | SettlementFailureCode::Backend
+        ) {
+            SettlementRoute::RetryScheduled {
+                attempt: 1,
+                next_visible_at_ms: T0 + 253,
+            }
+        } else {
+            SettlementRoute::DeadLettered { attempts: 1 }
+        };
+        assert_eq!(route, expected, "retryable {}", code.as_str());
+        let c = claim(&fresh, &perm_id, "w", T0, 1_000).await;
+        let route = record(&fresh, &c, &permanent(code, "x"), policy, T0 + 3)
+            .await
+            .unwrap();
+        assert_eq!(
+            route,
+            SettlementRoute::DeadLettered { attempts: 1 },
+            "permanent {}",
+            code.as_str()
+        );
+        let letter = store(&fresh)
+            .dead_letter(&rid(&perm_id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((letter.code, letter.attempts), (code, 1));
+    }
+}
+
+async fn the_policy_decides_retries_and_waits(fresh: Fresh) {
+    enqueue_new(&fresh, &[receipt("zero"), receipt("custom")], T0).await;
+    let no_retries = RetryPolicy {
+        max_retries: 0,
+        ..RetryPolicy::default()
+    };
+    let c = claim(&fresh, "zero", "w", T0, 1_000).await;
+    let route = record(&fresh, &c, &rpc("x"), no_retries, T0).await.unwrap();
+    assert_eq!(route, SettlementRoute::DeadLettered { attempts: 1 });
+    assert_eq!(view(&fresh, "zero", T0).await.attempts, 1);
+
+    let custom = RetryPolicy {
+        max_retries: 4,
+        initial_backoff_ms: 100,
+        backoff_multiplier: 3,
+        backoff_cap_ms: 500,
+    };
+    let mut now = T0;
+    for (n, wait) in (1u32..).zip([100, 300, 500, 500]) {
+        let c = claim(&fresh, "custom", "w", now, 1_000).await;
+        let route = record(&fresh, &c, &rpc("x"), custom, now).await.unwrap();
+        assert_eq!(
+            route,
+            SettlementRoute::RetryScheduled {
+                attempt: n,
+                next_visible_at_ms: now + wait
+            }
+        );
+        now += wait;
+    }
+    let c = claim(&fresh, "custom", "w", now, 1_000).await;
+    assert_eq!(
+        record(&fresh, &c, &rpc("x"), custom, now).await.unwrap(),
+        SettlementRoute::DeadLettered { attempts: 5 }
+    );
+}
+
+async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
+    let ids = ["a", "b", "c", "d"];
+    enqueue_new(&fresh, &ids.map(receipt), T0).await;
+    let claims = store(&fresh)
+        .claim_due(&worker("w"), T0, lease(1_000), limit(4))
+        .await
+        .unwrap();
+    let [a, b, c, d] = [0, 1, 2, 3].map(|i| claims[i].clone());
+    let mut forged_b = b.clone();
+    forged_b.lease_token = "f".repeat(32);
+    let batch = vec![
+        (a.clone(), accepted("ta")),
+        (forged_b, accepted("tb")),
+        (c.clone(), rpc("x")),
+        (a.clone(), skipped(SettlementSkipReason::Denied)),
+        (
+            d.clone(),
+            permanent(SettlementFailureCode::Unsupported, "no"),
+        ),
+    ];
+    let results = store(&fresh)
+        .record_claimed_outcomes(&batch, RetryPolicy::default(), T0 + 10)
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 5);
+    assert_eq!(results[0], Ok(SettlementRoute::NoAction));
+    assert_eq!(
+        results[1].as_ref().unwrap_err().class(),
+        SettlementRouteErrorClass::Conflict
+    );
+    assert_eq!(
+        results[2],
+        Ok(SettlementRoute::RetryScheduled {
+            attempt: 1,
+            next_visible_at_ms: T0 + 260
+        })
+    );
+    assert_eq!(
+        results[3].as_ref().unwrap_err().class(),
+        SettlementRouteErrorClass::Conflict
+    );
+    assert_eq!(
+        results[4],
+        Ok(SettlementRoute::DeadLettered { attempts: 1 })
+    );
+    let states = [
+        ("a", ReceiptState::Settled),
+        ("b", ReceiptState::Leased),
+        ("c", ReceiptState::RetryScheduled),
+        ("d", ReceiptState::DeadLettered),
+    ];
+    for (id, expected) in states {
+        assert_eq!(state(&fresh, id, T0 + 10).await, expected, "{id}");
+    }
+    assert!(
+        store(&fresh)
+            .record_claimed_outcomes(&[], RetryPolicy::default(), T0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The item refused in the batch still holds its lease and can commit.
+    let route = record(&fresh, &b, &accepted("tb"), RetryPolicy::default(), T0 + 11).await;
+    assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+    assert_eq!(view(&fresh, "c", T0 + 11).await.attempts, 1);
+    assert_eq!(c.attempts, 0);
+}
+
+async fn an_invalid_policy_is_an_invalid_record(fresh: Fresh) {
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    let before = view(&fresh, "r", T0).await;
+    let ok = RetryPolicy::default();
+    let invalid = [
+        RetryPolicy {
+            max_retries: 33,
+            ..ok
+        },
+        RetryPolicy {
+            initial_backoff_ms: 0,
+            ..ok
+        },
+        RetryPolicy {
+            backoff_multiplier: 17,
+            ..ok
+        },
+        RetryPolicy {
+            backoff_cap_ms: 86_400_001,
+            ..ok
+        },
+        RetryPolicy {
+            initial_backoff_ms: 60_001,
+            ..ok
+        },
+    ];
+    for policy in invalid {
+        for outcome in [accepted("t"), rpc("x")] {
+            assert_invalid(&record(&fresh, &c, &outcome, policy, T0 + 1).await);
+        }
+    }
+    assert_eq!(view(&fresh, "r", T0).await, before);
+    assert!(record(&fresh, &c, &accepted("t"), ok, T0 + 1).await.is_ok());
+}
+
+crate::on_every_backend!(
+    accepted_settles_with_its_transcript,
+    skipped_keeps_its_reason,
+    rpc_failures_back_off_then_dead_letter_on_the_sixth,
+    only_rpc_and_backend_are_ever_retried,
+    the_policy_decides_retries_and_waits,
+    a_batch_of_outcomes_is_judged_item_by_item,
+    an_invalid_policy_is_an_invalid_record,
+);

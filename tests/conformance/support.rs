@@ -1,0 +1,249 @@
+//! Small helpers shared by the conformance suite: typed values, canned
+//! outcomes, and direct reads of the database under the store.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use settled::domain::{
+    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementFailureCode,
+    SettlementFailureReason, SettlementRoute, SettlementRouteError, SettlementRouteErrorClass,
+    SettlementRoutingInput, SettlementSkipReason, TranscriptId, WorkerId,
+};
+use settled::store::{
+    NewReceipt, ReceiptClaim, ReceiptState, ReceiptView, SettlementOutcomeStore, StoreResult,
+};
+use sqlx::Connection;
+
+use crate::common::Fresh;
+
+/// A finalization time used by most tests (Unix seconds).
+pub const FIN: u64 = 1_700_000_000;
+/// The server clock most tests start at (ms).
+pub const T0: u64 = 1_000_000;
+
+pub fn rid(id: &str) -> ReceiptId {
+    ReceiptId::parse(id).expect("valid receipt id")
+}
+
+pub fn worker(id: &str) -> WorkerId {
+    WorkerId::parse(id).expect("valid worker id")
+}
+
+pub fn lease(ms: u64) -> LeaseMs {
+    LeaseMs::try_from(ms).expect("valid lease")
+}
+
+pub fn limit(n: usize) -> ClaimLimit {
+    ClaimLimit::try_from(n).expect("valid limit")
+}
+
+/// A receipt due now, with no observation.
+pub fn receipt(id: &str) -> NewReceipt {
+    NewReceipt {
+        receipt_id: rid(id),
+        finalized_at: FIN,
+        observation: None,
+        visible_at_ms: None,
+    }
+}
+
+pub fn receipt_with(
+    id: &str,
+    finalized_at: u64,
+    observation: Option<Value>,
+    visible: Option<u64>,
+) -> NewReceipt {
+    NewReceipt {
+        receipt_id: rid(id),
+        finalized_at,
+        observation,
+        visible_at_ms: visible,
+    }
+}
+
+pub fn accepted(transcript: &str) -> SettlementRoutingInput {
+    SettlementRoutingInput::Accepted {
+        transcript_id: TranscriptId::parse(transcript).unwrap(),
+    }
+}
+
+pub fn skipped(reason: SettlementSkipReason) -> SettlementRoutingInput {
+    SettlementRoutingInput::Skipped { reason }
+}
+
+pub fn retryable(code: SettlementFailureCode, detail: &str) -> SettlementRoutingInput {
+    SettlementRoutingInput::Retryable {
+        reason: SettlementFailureReason::new(code, detail),
+    }
+}
+
+pub fn permanent(code: SettlementFailureCode, detail: &str) -> SettlementRoutingInput {
+    SettlementRoutingInput::Permanent {
+        reason: SettlementFailureReason::new(code, detail),
+    }
+}
+
+pub fn rpc(detail: &str) -> SettlementRoutingInput {
+    retryable(SettlementFailureCode::Rpc, detail)
+}
+
+pub fn sha256_hex(text: &str) -> String {
+    SettlementFailureReason::new(SettlementFailureCode::Rpc, text).detail_sha256
+}
+
+pub fn store(fresh: &Fresh) -> &(dyn SettlementOutcomeStore + 'static) {
+    fresh.store.as_ref()
+}
+
+/// Enqueue receipts that must all be new.
+pub async fn enqueue_new(fresh: &Fresh, receipts: &[NewReceipt], now: u64) {
+    let results = store(fresh).enqueue(receipts, now).await.expect("enqueue");
+    assert!(
+        results
+            .iter()
+            .all(|r| *r == settled::store::Enqueued::Created),
+        "expected every receipt to be created: {results:?}"
+    );
+}
+
+/// Claim one receipt by id; it must be claimable.
+pub async fn claim(
+    fresh: &Fresh,
+    id: &str,
+    who: &str,
+    now: u64,
+    lease_ms: u64,
+) -> SettlementAttemptClaim {
+    match store(fresh)
+        .claim_receipt(&rid(id), &worker(who), now, lease(lease_ms))
+        .await
+    {
+        Ok(ReceiptClaim::Claimed(claim)) => claim,
+        other => panic!("expected {id} to be claimable at {now}, got {other:?}"),
+    }
+}
+
+/// Record one outcome through the `dyn` convenience wrapper.
+pub async fn record(
+    fresh: &Fresh,
+    claim: &SettlementAttemptClaim,
+    outcome: &SettlementRoutingInput,
+    policy: RetryPolicy,
+    at: u64,
+) -> StoreResult<SettlementRoute> {
+    store(fresh)
+        .record_claimed_outcome(claim, outcome, policy, at)
+        .await
+}
+
+/// The receipt's view; it must exist.
+pub async fn view(fresh: &Fresh, id: &str, now: u64) -> ReceiptView {
+    store(fresh)
+        .receipt(&rid(id), now)
+        .await
+        .expect("receipt")
+        .expect("known receipt")
+}
+
+pub async fn state(fresh: &Fresh, id: &str, now: u64) -> ReceiptState {
+    view(fresh, id, now).await.state
+}
+
+#[track_caller]
+pub fn assert_class<T: std::fmt::Debug>(
+    result: &Result<T, SettlementRouteError>,
+    class: SettlementRouteErrorClass,
+) {
+    match result {
+        Err(e) => assert_eq!(e.class(), class, "wrong error class: {e}"),
+        Ok(v) => panic!("expected a {class:?} error, got Ok({v:?})"),
+    }
+}
+
+#[track_caller]
+pub fn assert_conflict<T: std::fmt::Debug>(result: &Result<T, SettlementRouteError>) {
+    assert_class(result, SettlementRouteErrorClass::Conflict);
+}
+
+#[track_caller]
+pub fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, SettlementRouteError>) {
+    assert_class(result, SettlementRouteErrorClass::InvalidRecord);
+}
+
+/// Every row of a one-column query as text, straight from the database.
+pub async fn raw_texts(fresh: &Fresh, sql: &str) -> Vec<Option<String>> {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    if fresh.url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(&fresh.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_all(&mut conn)
+            .await
+            .expect("raw query")
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&fresh.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_all(&mut conn)
+            .await
+            .expect("raw query")
+    }
+}
+
+/// Every text the store keeps about receipts and their history, in one string.
+pub async fn everything_stored(fresh: &Fresh) -> String {
+    let mut all = String::new();
+    for sql in [
+        "SELECT CAST(receipt_id AS TEXT) || '|' || COALESCE(CAST(observation AS TEXT), '') || '|' \
+         || COALESCE(lease_owner, '') || '|' || COALESCE(lease_token, '') || '|' \
+         || COALESCE(CAST(failure_code AS TEXT), '') || '|' || COALESCE(failure_sha256, '') || '|' \
+         || COALESCE(transcript_id, '') || '|' || COALESCE(CAST(skip_reason AS TEXT), '') FROM receipts",
+        "SELECT CAST(receipt_id AS TEXT) || '|' || CAST(outcome AS TEXT) || '|' \
+         || COALESCE(CAST(code AS TEXT), '') || '|' || COALESCE(detail_sha256, '') || '|' \
+         || COALESCE(transcript_id, '') || '|' || COALESCE(CAST(reason AS TEXT), '') || '|' || worker_id \
+         || '|' || COALESCE(CAST(route AS TEXT), '') FROM receipt_history",
+    ] {
+        for row in raw_texts(fresh, sql).await.into_iter().flatten() {
+            all.push_str(&row);
+            all.push('\n');
+        }
+    }
+    all
+}
+
+/// An i64 column of one receipt, straight from the database.
+pub async fn raw_i64(fresh: &Fresh, column: &str, id: &str) -> Option<i64> {
+    let sql = format!("SELECT CAST({column} AS BIGINT) FROM receipts WHERE receipt_id = '{id}'");
+    let sql = sqlx::AssertSqlSafe(sql);
+    if fresh.url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(&fresh.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_one(&mut conn)
+            .await
+            .expect("raw query")
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&fresh.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_one(&mut conn)
+            .await
+            .expect("raw query")
+    }
+}
+
+/// Claim one receipt by id and return whatever the store answered.
+pub async fn try_claim(
+    fresh: &Fresh,
+    id: &str,
+    who: &str,
+    now: u64,
+    lease_ms: u64,
+) -> StoreResult<ReceiptClaim> {
+    store(fresh)
+        .claim_receipt(&rid(id), &worker(who), now, lease(lease_ms))
+        .await
+}

@@ -1,0 +1,26 @@
+//! One conformance suite for every store backend: each rule of
+//! SEMANTICS.md, driven with explicit clocks. Every test runs once per
+//! backend (PostgreSQL only when `SETTLED_TEST_POSTGRES_URL` is set).
+
+mod common;
+
+#[path = "conformance/support.rs"]
+mod support;
+
+#[path = "conformance/enqueue.rs"]
+mod enqueue;
+
+#[path = "conformance/claims.rs"]
+mod claims;
+
+#[path = "conformance/outcomes.rs"]
+mod outcomes;
+
+#[path = "conformance/cas.rs"]
+mod cas;
+
+#[path = "conformance/leases.rs"]
+mod leases;
+
+#[path = "conformance/views.rs"]
+mod views;
