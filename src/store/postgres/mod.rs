@@ -79,6 +79,14 @@ impl PostgresStore {
                 Box::pin(async move {
                     let set = format!("SET statement_timeout = {statement_timeout}");
                     conn.execute(sqlx::AssertSqlSafe(set)).await?;
+                    // A transaction whose client went silent (a network
+                    // partition, a frozen host) would keep its row locks, and
+                    // so hide its receipts from every replica's claims, until
+                    // the server noticed the dead peer: hours with default TCP
+                    // keepalives. The server ends it after the same bound.
+                    let set =
+                        format!("SET idle_in_transaction_session_timeout = {statement_timeout}");
+                    conn.execute(sqlx::AssertSqlSafe(set)).await?;
                     Ok(())
                 })
             })
