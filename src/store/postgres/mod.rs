@@ -9,6 +9,7 @@ mod outcome;
 mod read;
 mod write;
 
+use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +59,10 @@ pub struct PostgresStore {
     notify: Arc<Notify>,
     listener: AbortHandle,
     expiries: AtomicU64,
+    /// Longest a store call may take before it is answered as a backend
+    /// failure, so that a silent network cannot hold a request (the server's
+    /// `statement_timeout` cannot end a call whose answers never arrive).
+    bound: Option<Duration>,
 }
 
 impl PostgresStore {
@@ -92,10 +97,7 @@ impl PostgresStore {
             })
             .connect_with(connect.clone())
             .await?;
-        sqlx::migrate!("migrations/postgres")
-            .run(&pool)
-            .await
-            .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))?;
+        migrate(&pool).await?;
         // The first replica to get here picks the binding; every other one reads it back.
         sqlx::query(
             "INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
@@ -117,6 +119,8 @@ impl PostgresStore {
             notify,
             listener,
             expiries: AtomicU64::new(0),
+            bound: (statement_timeout > 0)
+                .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2),
         })
     }
 
@@ -124,6 +128,18 @@ impl PostgresStore {
     #[doc(hidden)]
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Run one store call within [`Self::bound`].
+    async fn bounded<T>(&self, call: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        match self.bound {
+            None => call.await,
+            Some(bound) => tokio::time::timeout(bound, call).await.unwrap_or_else(|_| {
+                Err(SettlementRouteError::backend(
+                    "the database did not answer in time",
+                ))
+            }),
+        }
     }
 
     async fn begin(&self) -> StoreResult<Tx> {
@@ -238,14 +254,14 @@ impl SettlementOutcomeStore for PostgresStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM store_identity")
-            .fetch_one(&self.pool)
+        let count = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM store_identity");
+        self.bounded(async { Ok(count.fetch_one(&self.pool).await?) })
             .await?;
         Ok(())
     }
 
     async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
-        self.enqueue_receipts(receipts, now_ms).await
+        self.bounded(self.enqueue_receipts(receipts, now_ms)).await
     }
 
     async fn claim_receipt(
@@ -255,7 +271,7 @@ impl SettlementOutcomeStore for PostgresStore {
         now_ms: u64,
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
-        self.claim_receipt_by_id(receipt_id, worker_id, now_ms, lease_ms)
+        self.bounded(self.claim_receipt_by_id(receipt_id, worker_id, now_ms, lease_ms))
             .await
     }
 
@@ -266,7 +282,7 @@ impl SettlementOutcomeStore for PostgresStore {
         lease_ms: LeaseMs,
         limit: ClaimLimit,
     ) -> StoreResult<Vec<SettlementAttemptClaim>> {
-        self.claim_due_batch(worker_id, now_ms, lease_ms, limit)
+        self.bounded(self.claim_due_batch(worker_id, now_ms, lease_ms, limit))
             .await
     }
 
@@ -276,7 +292,8 @@ impl SettlementOutcomeStore for PostgresStore {
         policy: RetryPolicy,
         observed_at_ms: u64,
     ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-        self.record_outcomes(outcomes, policy, observed_at_ms).await
+        self.bounded(self.record_outcomes(outcomes, policy, observed_at_ms))
+            .await
     }
 
     async fn extend_lease(
@@ -285,11 +302,12 @@ impl SettlementOutcomeStore for PostgresStore {
         extend_ms: LeaseMs,
         now_ms: u64,
     ) -> StoreResult<SettlementAttemptClaim> {
-        self.extend_claim(claim, extend_ms, now_ms).await
+        self.bounded(self.extend_claim(claim, extend_ms, now_ms))
+            .await
     }
 
     async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
-        self.release_claim(claim, now_ms).await
+        self.bounded(self.release_claim(claim, now_ms)).await
     }
 
     async fn receipt(
@@ -297,7 +315,8 @@ impl SettlementOutcomeStore for PostgresStore {
         receipt_id: &ReceiptId,
         now_ms: u64,
     ) -> StoreResult<Option<ReceiptView>> {
-        self.read_view(receipt_id.as_str(), now_ms).await
+        self.bounded(self.read_view(receipt_id.as_str(), now_ms))
+            .await
     }
 
     async fn dead_letters(
@@ -305,13 +324,14 @@ impl SettlementOutcomeStore for PostgresStore {
         limit: usize,
         after: Option<DeadLetterCursor>,
     ) -> StoreResult<Vec<DeadLetter>> {
-        self.dead_letter_page(limit, after).await
+        self.bounded(self.dead_letter_page(limit, after)).await
     }
 
     async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
-        row(&mut *self.pool.acquire().await?, receipt_id.as_str())
-            .await?
-            .map_or(Ok(None), |r| r.dead_letter())
+        let found = self
+            .bounded(async { row(&mut *self.pool.acquire().await?, receipt_id.as_str()).await })
+            .await?;
+        found.map_or(Ok(None), |r| r.dead_letter())
     }
 
     async fn redrive(
@@ -319,31 +339,58 @@ impl SettlementOutcomeStore for PostgresStore {
         receipt_id: &ReceiptId,
         now_ms: u64,
     ) -> StoreResult<Option<ReceiptView>> {
-        self.redrive_receipt(receipt_id, now_ms).await
+        self.bounded(self.redrive_receipt(receipt_id, now_ms)).await
     }
 
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
-        self.status_view(now_ms, limit).await
+        self.bounded(self.status_view(now_ms, limit)).await
     }
 
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
         let before = super::rows::to_i64(finished_before_ms, "finished_before_ms")?;
         // History rows go with their receipt (ON DELETE CASCADE); SKIP LOCKED
         // keeps retention out of the way of anything holding a row.
-        let deleted = sqlx::query(
+        let delete = sqlx::query(
             "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
              WHERE status IN ('settled', 'skipped') AND finished_at_ms < $1 LIMIT $2 \
              FOR UPDATE SKIP LOCKED)",
         )
         .bind(before)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(deleted)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        self.bounded(async { Ok(delete.execute(&self.pool).await?.rows_affected()) })
+            .await
     }
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
     }
+}
+
+/// Apply the migrations, unless every one is already applied: then nothing
+/// needs the right to create tables, and a role limited to reading and
+/// writing rows can run the service.
+async fn migrate(pool: &PgPool) -> StoreResult<()> {
+    let migrator = sqlx::migrate!("migrations/postgres");
+    let present: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+            .fetch_one(pool)
+            .await?;
+    if present.is_some() {
+        let applied: Vec<(i64, Vec<u8>)> =
+            sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+                .fetch_all(pool)
+                .await?;
+        let done = migrator.iter().all(|m| {
+            applied
+                .iter()
+                .any(|(v, sum)| *v == m.version && sum.as_slice() == &*m.checksum)
+        });
+        if done {
+            return Ok(());
+        }
+    }
+    migrator
+        .run(pool)
+        .await
+        .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))
 }
