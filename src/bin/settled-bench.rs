@@ -1,0 +1,388 @@
+//! `settled-bench`: enqueue receipts, settle them with concurrent HTTP
+//! workers, measure throughput and latency, check that nothing was lost or
+//! settled twice, and compare with the same workload driven straight through
+//! the store in-process.
+//!
+//! Build first: `cargo build --release --bins`, then e.g.
+//! `target/release/settled-bench --spawn sqlite --receipts 50000 --workers 8 --batch 256`.
+
+#[path = "settled_bench/common.rs"]
+mod common;
+#[path = "settled_bench/http.rs"]
+mod http;
+#[path = "settled_bench/inproc.rs"]
+mod inproc;
+#[path = "settled_bench/report.rs"]
+mod report;
+#[path = "settled_bench/server.rs"]
+mod server;
+#[path = "settled_bench/settle.rs"]
+mod settle;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+
+use common::{Ids, Ledger, Mix, Pacer, Res, err, far_future_ms, progress, run_id};
+use http::{Api, Counts};
+use inproc::Workload;
+use report::Report;
+use server::{FreshDb, Server};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Benchmark settled: enqueue, settle over HTTP, check invariants, compare with in-process.
+#[derive(Debug, Parser)]
+#[command(name = "settled-bench", version)]
+struct Args {
+    /// Start the `settled` binary next to this one on a fresh database of this backend.
+    #[arg(long, value_enum, conflicts_with = "url")]
+    spawn: Option<Backend>,
+    /// Drive a running server instead (receipt ids are unique to the run).
+    #[arg(long, required_unless_present = "spawn")]
+    url: Option<String>,
+    /// Bearer token for --url (a role that may enqueue, claim, report and read).
+    #[arg(long)]
+    token: Option<String>,
+    /// PostgreSQL server on which fresh databases are created (and dropped at the end).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    postgres_url: String,
+    /// Receipts to enqueue and settle.
+    #[arg(long, default_value_t = 10_000)]
+    receipts: usize,
+    /// Receipts per `POST /v1/receipts/batch`.
+    #[arg(long, default_value_t = 1024)]
+    enqueue_batch: usize,
+    /// Concurrent producers.
+    #[arg(long, default_value_t = 4)]
+    producers: usize,
+    /// Concurrent workers.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Claim batch size (1: one outcome per request on /v1/receipts/{id}/outcome).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    batch: u16,
+    /// Outcome weights: accepted, retryable (code rpc), permanent, skipped.
+    #[arg(long, default_value = "accepted=90,retryable=8,permanent=2")]
+    mix: Mix,
+    /// Claim at most this many receipts a second (to measure latency at a given load).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Extra receipts enqueued first, never due, sitting pending through the run.
+    #[arg(long, default_value_t = 0)]
+    preload: usize,
+    /// Lease length of claims.
+    #[arg(long, default_value_t = 60_000)]
+    lease_ms: u64,
+    /// Give up settling after this many seconds (invariants then fail).
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    /// Read every receipt back when there are at most this many, else a sample.
+    #[arg(long, default_value_t = 20_000)]
+    verify_all_up_to: usize,
+    /// Receipts read back when sampling.
+    #[arg(long, default_value_t = 2_000)]
+    verify_sample: usize,
+    /// Skip the in-process comparison.
+    #[arg(long)]
+    no_inprocess: bool,
+    /// Print one JSON object on stdout (the summary then goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        eprintln!("settled-bench: --rate must be a positive number");
+        return ExitCode::from(2);
+    }
+    let mut dbs = Vec::new();
+    let result = bench(&args, &mut dbs).await;
+    for db in &dbs {
+        db.drop_db().await;
+    }
+    match result {
+        Ok(report) => {
+            if args.json {
+                eprint!("{}", report.human());
+                println!("{}", report.json());
+            } else {
+                print!("{}", report.human());
+            }
+            if report.invariants_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("settled-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn fresh(backend: &str, args: &Args, dbs: &mut Vec<FreshDb>) -> Res<String> {
+    let db = match backend {
+        "sqlite" => FreshDb::sqlite()?,
+        "postgres" => FreshDb::postgres(&args.postgres_url).await?,
+        other => return Err(err(format!("unknown backend {other}"))),
+    };
+    let url = db.url().to_owned();
+    dbs.push(db);
+    Ok(url)
+}
+
+fn workload(args: &Args) -> Workload {
+    Workload {
+        receipts: args.receipts,
+        preload: args.preload,
+        enqueue_batch: args.enqueue_batch.clamp(1, 1024),
+        producers: args.producers.max(1),
+        workers: args.workers.max(1),
+        batch: usize::from(args.batch),
+        lease_ms: args.lease_ms,
+        mix: args.mix.clone(),
+        deadline: Duration::from_secs(args.timeout_s),
+    }
+}
+
+fn vm_rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+}
+
+async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
+    let begun = Instant::now();
+    let w = workload(args);
+    let run = run_id();
+    let preload_ids = Ids {
+        prefix: format!("pre-{run}"),
+    };
+    let mut preload_via = None;
+    let (api, mut server, backend, policy, target) = if let Some(kind) = args.spawn {
+        let backend = if kind == Backend::Sqlite {
+            "sqlite"
+        } else {
+            "postgres"
+        };
+        let url = fresh(backend, args, dbs).await?;
+        if w.preload > 0 {
+            // Straight into the database, before the server opens it.
+            let store = inproc::open(&url).await?;
+            let (n, far) = (w.preload, Some(far_future_ms()));
+            let label = "preload (in-process store)";
+            inproc::enqueue(&store, &preload_ids, n, 4096, 2, far, label).await?;
+            drop(store);
+            preload_via = Some("the in-process store, before the server started".to_owned());
+        }
+        let server = Server::spawn(&url)?;
+        let api = Api::new(&server.base, None)?;
+        let target = format!("spawned {}", server.base);
+        (
+            api,
+            Some(server),
+            backend.to_owned(),
+            server::FAST_RETRY,
+            target,
+        )
+    } else {
+        let base = args.url.as_deref().ok_or_else(|| err("--url or --spawn"))?;
+        let api = Api::new(base, args.token.as_deref())?;
+        let (backend, policy) = api.info().await?;
+        if w.preload > 0 {
+            let far = Some(far_future_ms());
+            let label = "preload (HTTP)";
+            api.enqueue(&preload_ids, w.preload, 1024, w.producers, far, label)
+                .await?;
+            preload_via = Some("HTTP batch".to_owned());
+        }
+        (api, None, backend, policy, base.to_owned())
+    };
+    eprintln!("settled-bench: {backend} at {}", api.base);
+    let mut failures = Vec::new();
+    let before = api.counts().await?;
+
+    let ids = Ids {
+        prefix: format!("bench-{run}"),
+    };
+    let started = Instant::now();
+    let label = "enqueue (HTTP)";
+    let refused = api
+        .enqueue(&ids, w.receipts, w.enqueue_batch, w.producers, None, label)
+        .await?;
+    let enqueue_elapsed_s = started.elapsed().as_secs_f64();
+    if refused > 0 {
+        failures.push(format!("http: {refused} receipts were not created"));
+    }
+
+    let ledger = Arc::new(Ledger::new(w.receipts));
+    let (shown, pid) = (ledger.clone(), server.as_ref().map(|s| s.pid));
+    let ticker = progress(
+        "settle (HTTP)".into(),
+        w.receipts,
+        Arc::new(move || {
+            let rss = pid
+                .and_then(vm_rss_mb)
+                .map_or_else(String::new, |m| format!(", server RSS {m:.0} MB"));
+            let extra = format!(
+                ", retries {}, conflicts {}, errors {}{rss}",
+                Ledger::get(&shown.retries),
+                Ledger::get(&shown.conflicts),
+                Ledger::get(&shown.errors)
+            );
+            (shown.done.load(Ordering::Relaxed), extra)
+        }),
+    );
+    let pacer = args.rate.map(|r| Arc::new(Pacer::new(r)));
+    let cpu_before = server.as_ref().and_then(Server::cpu_s);
+    let started = Instant::now();
+    let stats = settle::run(&api, &ids, &ledger, &w, pacer).await;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let server_cpu_s = server
+        .as_ref()
+        .and_then(Server::cpu_s)
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
+    ticker.abort();
+    let stats = stats?;
+
+    let after = api.counts().await?;
+    check_counts(
+        &before,
+        &after,
+        &w,
+        &ledger,
+        server.is_some(),
+        &mut failures,
+    );
+    ledger.check(&mut failures, "http");
+    let verify = (args.verify_all_up_to, args.verify_sample);
+    let verified_receipts = api
+        .verify(&ids, &ledger, verify, w.workers.min(16), &mut failures)
+        .await?;
+    let peak_rss_mb = server.as_ref().and_then(Server::peak_rss_mb);
+    if let Some(server) = server.as_mut()
+        && !server.stop()
+    {
+        eprintln!("settled-bench: warning: the server did not exit 0 on SIGTERM");
+    }
+
+    let inprocess = if args.no_inprocess {
+        None
+    } else {
+        let url = fresh(&backend, args, dbs).await?;
+        let store = inproc::open(&url).await?;
+        let result = inproc::run(store, &w, policy).await?;
+        failures.extend(result.failures.iter().cloned());
+        Some(result)
+    };
+
+    let claim = stats.claim.finish();
+    let outcome = stats.outcome.finish();
+    Ok(Report {
+        backend,
+        target,
+        receipts: w.receipts,
+        workers: w.workers,
+        batch: w.batch,
+        enqueue_batch: w.enqueue_batch,
+        producers: w.producers,
+        mix: w.mix.text.clone(),
+        rate: args.rate,
+        preload: w.preload,
+        preload_via,
+        enqueued_per_sec: w.receipts as f64 / enqueue_elapsed_s,
+        enqueue_elapsed_s,
+        settled_per_sec: ledger.done.load(Ordering::Relaxed) as f64 / elapsed_s,
+        elapsed_s,
+        claim_requests: claim.0.len(),
+        outcome_requests: outcome.0.len(),
+        claim,
+        outcome,
+        empty_claims: Ledger::get(&ledger.empty_claims),
+        settled: Ledger::get(&ledger.settled),
+        skipped: Ledger::get(&ledger.skipped),
+        dead_lettered: Ledger::get(&ledger.dead_lettered),
+        retries: Ledger::get(&ledger.retries),
+        conflicts: Ledger::get(&ledger.conflicts),
+        errors: Ledger::get(&ledger.errors),
+        foreign_claims: Ledger::get(&ledger.foreign),
+        server_cpu_s,
+        peak_rss_mb,
+        verified_receipts,
+        counts_before: serde_json::to_value(before)?,
+        counts_after: serde_json::to_value(after)?,
+        inprocess_settled_per_sec: inprocess.as_ref().map(|r| r.settled_per_sec),
+        inprocess_enqueued_per_sec: inprocess.as_ref().map(|r| r.enqueued_per_sec),
+        inprocess_elapsed_s: inprocess.as_ref().map(|r| r.elapsed_s),
+        failures,
+        total_elapsed_s: begun.elapsed().as_secs_f64(),
+    })
+}
+
+/// `GET /v1/status` before and after: every receipt of the run finished, the
+/// finished counts match the routes the client saw, nothing else moved.
+fn check_counts(
+    before: &Counts,
+    after: &Counts,
+    w: &Workload,
+    ledger: &Ledger,
+    fresh: bool,
+    failures: &mut Vec<String>,
+) {
+    let delta = |a: u64, b: u64| i128::from(a) - i128::from(b);
+    let settled = delta(after.settled, before.settled);
+    let skipped = delta(after.skipped, before.skipped);
+    let dead = delta(after.dead_lettered, before.dead_lettered);
+    let n = w.receipts as i128;
+    if settled + skipped + dead != n {
+        failures.push(format!(
+            "status: settled+skipped+dead_lettered grew by {} for {n} receipts",
+            settled + skipped + dead
+        ));
+    }
+    let seen = [
+        ("settled", settled, &ledger.settled),
+        ("skipped", skipped, &ledger.skipped),
+        ("dead_lettered", dead, &ledger.dead_lettered),
+    ];
+    for (name, grew, routes) in seen {
+        let routes = i128::from(Ledger::get(routes));
+        if grew != routes {
+            failures.push(format!(
+                "status: {name} grew by {grew} but the client saw {routes} such routes"
+            ));
+        }
+    }
+    let active = [
+        ("pending", after.pending, before.pending),
+        ("leased", after.leased, before.leased),
+        (
+            "retry_scheduled",
+            after.retry_scheduled,
+            before.retry_scheduled,
+        ),
+    ];
+    for (name, now, then) in active {
+        if now != then {
+            failures.push(format!("status: {name} was {then} before and {now} after"));
+        }
+    }
+    if fresh && (after.pending != w.preload as u64 || after.leased + after.retry_scheduled != 0) {
+        failures.push(format!(
+            "status: a fresh database ends with pending {} (preload {}), leased {}, retry_scheduled {}",
+            after.pending, w.preload, after.leased, after.retry_scheduled
+        ));
+    }
+}

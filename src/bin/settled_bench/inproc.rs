@@ -1,0 +1,236 @@
+//! The same workload straight through the store, without HTTP.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use settled::domain::{ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, WorkerId};
+use settled::store::postgres::{PostgresOptions, PostgresStore};
+use settled::store::sqlite::SqliteStore;
+use settled::store::{Enqueued, NewReceipt, ReceiptState, SharedStore};
+
+use super::common::{Ids, Ledger, Res, err, now_ms, progress};
+
+/// Open a store of the backend the URL names.
+pub async fn open(url: &str) -> Res<SharedStore> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open(url).await?))
+    } else {
+        Ok(PostgresStore::open(url, &PostgresOptions::default()).await?)
+    }
+}
+
+/// Enqueue receipts `0..n` of `ids` in chunks of `chunk`, `producers` at a time.
+/// Returns how many were refused (not created).
+pub async fn enqueue(
+    store: &SharedStore,
+    ids: &Ids,
+    n: usize,
+    chunk: usize,
+    producers: usize,
+    visible_at_ms: Option<u64>,
+    label: &str,
+) -> Res<u64> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let created = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let shown = created.clone();
+    let ticker = progress(
+        label.to_owned(),
+        n,
+        Arc::new(move || (shown.load(Ordering::Relaxed), String::new())),
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..producers.max(1) {
+        let (store, ids, next) = (store.clone(), ids.clone(), next.clone());
+        let (created, refused) = (created.clone(), refused.clone());
+        tasks.spawn(async move {
+            loop {
+                let start = next.fetch_add(chunk, Ordering::Relaxed);
+                if start >= n {
+                    return Ok::<_, super::common::BenchError>(());
+                }
+                let receipts = (start..n.min(start + chunk))
+                    .map(|i| {
+                        Ok(NewReceipt {
+                            receipt_id: ReceiptId::parse(&ids.id(i))?,
+                            finalized_at: Ids::finalized_at(i),
+                            observation: Some(serde_json::json!({"amount_cents": i})),
+                            visible_at_ms,
+                        })
+                    })
+                    .collect::<Res<Vec<_>>>()?;
+                let results = store.enqueue(&receipts, now_ms()).await?;
+                let ok = results.iter().filter(|r| **r == Enqueued::Created).count();
+                created.fetch_add(ok, Ordering::Relaxed);
+                refused.fetch_add((results.len() - ok) as u64, Ordering::Relaxed);
+            }
+        });
+    }
+    let joined = join_all(&mut tasks).await;
+    ticker.abort();
+    joined?;
+    Ok(refused.load(Ordering::Relaxed))
+}
+
+async fn join_all(tasks: &mut tokio::task::JoinSet<Res<()>>) -> Res<()> {
+    let mut first = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        let result = joined
+            .map_err(|e| err(format!("task failed: {e}")))
+            .and_then(|r| r);
+        if first.is_ok() {
+            first = result;
+        }
+    }
+    first
+}
+
+/// What the in-process run measured.
+pub struct InprocResult {
+    pub enqueued_per_sec: f64,
+    pub settled_per_sec: f64,
+    pub elapsed_s: f64,
+    pub failures: Vec<String>,
+}
+
+/// Settings shared by both runs.
+#[derive(Clone)]
+pub struct Workload {
+    pub receipts: usize,
+    pub preload: usize,
+    pub enqueue_batch: usize,
+    pub producers: usize,
+    pub workers: usize,
+    pub batch: usize,
+    pub lease_ms: u64,
+    pub mix: super::common::Mix,
+    pub deadline: Duration,
+}
+
+/// Preload, enqueue and settle the workload on a fresh `store`.
+pub async fn run(store: SharedStore, w: &Workload, policy: RetryPolicy) -> Res<InprocResult> {
+    let mut failures = Vec::new();
+    let run = super::common::run_id();
+    if w.preload > 0 {
+        let ids = Ids {
+            prefix: format!("pre-{run}"),
+        };
+        let far = Some(super::common::far_future_ms());
+        let (chunk, label) = (w.enqueue_batch.max(1), "in-process preload");
+        enqueue(&store, &ids, w.preload, chunk, w.producers, far, label).await?;
+    }
+    let ids = Ids {
+        prefix: format!("ip-{run}"),
+    };
+    let started = Instant::now();
+    let (chunk, label) = (w.enqueue_batch.max(1), "in-process enqueue");
+    let refused = enqueue(&store, &ids, w.receipts, chunk, w.producers, None, label).await?;
+    let enqueued_per_sec = w.receipts as f64 / started.elapsed().as_secs_f64();
+    if refused > 0 {
+        failures.push(format!("in-process: {refused} receipts not created"));
+    }
+
+    let ledger = Arc::new(Ledger::new(w.receipts));
+    let shown = ledger.clone();
+    let ticker = progress(
+        "in-process settle".into(),
+        w.receipts,
+        Arc::new(move || (shown.done.load(Ordering::Relaxed), String::new())),
+    );
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..w.workers.max(1) {
+        let (store, ids, ledger, w) = (store.clone(), ids.clone(), ledger.clone(), w.clone());
+        tasks.spawn(async move { worker(store, ids, ledger, w, n, policy, started).await });
+    }
+    let joined = join_all(&mut tasks).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    ticker.abort();
+    joined?;
+    ledger.check(&mut failures, "in-process");
+    let status = store.status(now_ms(), 1).await?;
+    let count = |s: ReceiptState| status.counts.get(s);
+    let finished = count(ReceiptState::Settled)
+        + count(ReceiptState::Skipped)
+        + count(ReceiptState::DeadLettered);
+    let active = count(ReceiptState::Leased) + count(ReceiptState::RetryScheduled);
+    if finished != w.receipts as u64
+        || active != 0
+        || count(ReceiptState::Pending) != w.preload as u64
+        || count(ReceiptState::Settled) != Ledger::get(&ledger.settled)
+    {
+        failures.push(format!(
+            "in-process: store counts {:?} do not match the workload",
+            status.counts
+        ));
+    }
+    Ok(InprocResult {
+        enqueued_per_sec,
+        settled_per_sec: ledger.done.load(Ordering::Relaxed) as f64 / elapsed,
+        elapsed_s: elapsed,
+        failures,
+    })
+}
+
+async fn worker(
+    store: SharedStore,
+    ids: Ids,
+    ledger: Arc<Ledger>,
+    w: Workload,
+    n: usize,
+    policy: RetryPolicy,
+    started: Instant,
+) -> Res<()> {
+    let worker = WorkerId::parse(&format!("bench-inproc-{n}"))?;
+    let lease = LeaseMs::try_from(w.lease_ms)?;
+    let limit = ClaimLimit::try_from(w.batch)?;
+    while !ledger.all_done() && started.elapsed() < w.deadline {
+        let claims = match store.claim_due(&worker, now_ms(), lease, limit).await {
+            Ok(claims) => claims,
+            Err(_) => {
+                ledger.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if claims.is_empty() {
+            ledger.empty_claims.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        let mut items = Vec::with_capacity(claims.len());
+        let mut meta = Vec::with_capacity(claims.len());
+        for claim in claims {
+            let Some(index) = ids.index(&claim.receipt_id) else {
+                ledger.foreign.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let (kind, outcome) = w.mix.outcome(index, claim.attempts);
+            let input = outcome
+                .parse()
+                .map_err(|_| err("the bench built an invalid outcome"))?;
+            meta.push((index, kind));
+            items.push((claim, input));
+        }
+        match store
+            .record_claimed_outcomes(&items, policy, now_ms())
+            .await
+        {
+            Ok(results) => {
+                for ((index, kind), result) in meta.into_iter().zip(results) {
+                    match result {
+                        Ok(route) => ledger.route(index, kind, &route),
+                        Err(_) => {
+                            ledger.conflicts.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            Err(_) => {
+                ledger.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    Ok(())
+}

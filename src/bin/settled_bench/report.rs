@@ -1,0 +1,218 @@
+//! The figures of one bench run: a human summary and one JSON object.
+
+use serde_json::{Value, json};
+
+use super::common::Latencies;
+
+/// Everything measured.
+pub struct Report {
+    pub backend: String,
+    pub target: String,
+    pub receipts: usize,
+    pub workers: usize,
+    pub batch: usize,
+    pub enqueue_batch: usize,
+    pub producers: usize,
+    pub mix: String,
+    pub rate: Option<f64>,
+    pub preload: usize,
+    pub preload_via: Option<String>,
+    pub enqueued_per_sec: f64,
+    pub enqueue_elapsed_s: f64,
+    pub settled_per_sec: f64,
+    pub elapsed_s: f64,
+    pub claim: Latencies,
+    pub outcome: Latencies,
+    pub claim_requests: usize,
+    pub outcome_requests: usize,
+    pub empty_claims: u64,
+    pub settled: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub retries: u64,
+    pub conflicts: u64,
+    pub errors: u64,
+    pub foreign_claims: u64,
+    pub server_cpu_s: Option<f64>,
+    pub peak_rss_mb: Option<f64>,
+    pub verified_receipts: usize,
+    pub counts_before: Value,
+    pub counts_after: Value,
+    pub inprocess_settled_per_sec: Option<f64>,
+    pub inprocess_enqueued_per_sec: Option<f64>,
+    pub inprocess_elapsed_s: Option<f64>,
+    pub failures: Vec<String>,
+    pub total_elapsed_s: f64,
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let k = 10f64.powi(places);
+    (x * k).round() / k
+}
+
+impl Report {
+    pub fn invariants_ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    pub fn http_over_inprocess(&self) -> Option<f64> {
+        self.inprocess_settled_per_sec
+            .filter(|r| *r > 0.0)
+            .map(|r| self.settled_per_sec / r)
+    }
+
+    pub fn json(&self) -> Value {
+        let mut all = json!({
+            "backend": self.backend,
+            "target": self.target,
+            "receipts": self.receipts,
+            "workers": self.workers,
+            "batch": self.batch,
+            "enqueue_batch": self.enqueue_batch,
+            "producers": self.producers,
+            "mix": self.mix,
+            "rate": self.rate,
+            "preload": self.preload,
+            "preload_via": self.preload_via,
+            "enqueued_per_sec": round(self.enqueued_per_sec, 1),
+            "enqueue_elapsed_s": round(self.enqueue_elapsed_s, 3),
+            "settled_per_sec": round(self.settled_per_sec, 1),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "claim_p50_ms": round(self.claim.ms(0.50), 3),
+            "claim_p99_ms": round(self.claim.ms(0.99), 3),
+            "claim_max_ms": round(self.claim.ms(1.0), 3),
+            "outcome_p50_ms": round(self.outcome.ms(0.50), 3),
+            "outcome_p99_ms": round(self.outcome.ms(0.99), 3),
+            "outcome_max_ms": round(self.outcome.ms(1.0), 3),
+        });
+        let more = json!({
+            "claim_requests": self.claim_requests,
+            "outcome_requests": self.outcome_requests,
+            "empty_claims": self.empty_claims,
+            "settled": self.settled,
+            "skipped": self.skipped,
+            "dead_lettered": self.dead_lettered,
+            "retries": self.retries,
+            "conflicts": self.conflicts,
+            "errors": self.errors,
+            "foreign_claims": self.foreign_claims,
+            "server_cpu_s": self.server_cpu_s.map(|c| round(c, 2)),
+            "peak_rss_mb": self.peak_rss_mb.map(|m| round(m, 1)),
+            "verified_receipts": self.verified_receipts,
+            "counts_before": self.counts_before,
+            "counts_after": self.counts_after,
+        });
+        let last = json!({
+            "inprocess_settled_per_sec": self.inprocess_settled_per_sec.map(|r| round(r, 1)),
+            "inprocess_enqueued_per_sec": self.inprocess_enqueued_per_sec.map(|r| round(r, 1)),
+            "inprocess_elapsed_s": self.inprocess_elapsed_s.map(|r| round(r, 3)),
+            "http_over_inprocess": self.http_over_inprocess().map(|r| round(r, 3)),
+            "invariants_ok": self.invariants_ok(),
+            "invariant_failures": self.failures,
+            "total_elapsed_s": round(self.total_elapsed_s, 3),
+        });
+        for part in [more, last] {
+            if let (Some(all), Value::Object(part)) = (all.as_object_mut(), part) {
+                all.extend(part);
+            }
+        }
+        all
+    }
+
+    pub fn human(&self) -> String {
+        let mut out = String::new();
+        let mut line = |s: String| {
+            out.push_str(&s);
+            out.push('\n');
+        };
+        line(format!(
+            "settled-bench: {} ({}), {} receipts, {} workers, batch {}, mix {}{}",
+            self.backend,
+            self.target,
+            self.receipts,
+            self.workers,
+            self.batch,
+            self.mix,
+            self.rate
+                .map_or_else(String::new, |r| format!(", rate limit {r}/s")),
+        ));
+        if self.preload > 0 {
+            line(format!(
+                "  preload    {} never-due receipts pending, enqueued via {}",
+                self.preload,
+                self.preload_via.as_deref().unwrap_or("?")
+            ));
+        }
+        line(format!(
+            "  enqueue    {:>9.0}/s  ({} in {:.2} s, batches of {}, {} producers, HTTP)",
+            self.enqueued_per_sec,
+            self.receipts,
+            self.enqueue_elapsed_s,
+            self.enqueue_batch,
+            self.producers
+        ));
+        line(format!(
+            "  settle     {:>9.0}/s  ({} finished in {:.2} s over HTTP)",
+            self.settled_per_sec, self.receipts, self.elapsed_s
+        ));
+        line(format!(
+            "  claim      p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms  ({} requests, {} empty)",
+            self.claim.ms(0.5),
+            self.claim.ms(0.99),
+            self.claim.ms(1.0),
+            self.claim_requests,
+            self.empty_claims
+        ));
+        line(format!(
+            "  outcome    p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms  ({} requests)",
+            self.outcome.ms(0.5),
+            self.outcome.ms(0.99),
+            self.outcome.ms(1.0),
+            self.outcome_requests
+        ));
+        line(format!(
+            "  routes     settled {}, skipped {}, dead-lettered {}, retries {}, conflicts {}, errors {}",
+            self.settled,
+            self.skipped,
+            self.dead_lettered,
+            self.retries,
+            self.conflicts,
+            self.errors
+        ));
+        if let Some(rss) = self.peak_rss_mb {
+            let cpu = self.server_cpu_s.map_or_else(String::new, |c| {
+                format!(
+                    ", {c:.1} s CPU while settling ({:.0}% of a core)",
+                    100.0 * c / self.elapsed_s
+                )
+            });
+            line(format!("  server     peak RSS {rss:.1} MB{cpu}"));
+        }
+        if self.foreign_claims > 0 {
+            line(format!(
+                "  note       {} claims of other receipts on the server were released",
+                self.foreign_claims
+            ));
+        }
+        match (self.inprocess_settled_per_sec, self.http_over_inprocess()) {
+            (Some(rate), Some(ratio)) => line(format!(
+                "  in-process {rate:>9.0}/s settle, {:.0}/s enqueue (no HTTP)  ->  http/in-process {ratio:.2}",
+                self.inprocess_enqueued_per_sec.unwrap_or(0.0)
+            )),
+            _ => line("  in-process skipped".into()),
+        }
+        if self.invariants_ok() {
+            line(format!(
+                "  invariants ok: every receipt finished exactly once, none accepted twice \
+                 ({} read back by GET)",
+                self.verified_receipts
+            ));
+        } else {
+            line("  INVARIANTS FAILED:".into());
+            for failure in &self.failures {
+                line(format!("    - {failure}"));
+            }
+        }
+        out
+    }
+}
