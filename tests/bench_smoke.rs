@@ -1,0 +1,86 @@
+//! The bench tool runs end to end on a small workload: it spawns the real
+//! server, settles everything, and reports every figure with its invariants held.
+
+use std::process::Command;
+
+const FIELDS: [&str; 17] = [
+    "settled_per_sec",
+    "enqueued_per_sec",
+    "claim_p50_ms",
+    "claim_p99_ms",
+    "outcome_p50_ms",
+    "outcome_p99_ms",
+    "peak_rss_mb",
+    "invariants_ok",
+    "inprocess_settled_per_sec",
+    "http_over_inprocess",
+    "backend",
+    "receipts",
+    "workers",
+    "batch",
+    "conflicts",
+    "elapsed_s",
+    "preload",
+];
+
+fn bench(backend: &str, receipts: &str, batch: &str, extra: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_settled-bench"))
+        .args(["--spawn", backend, "--receipts", receipts, "--workers", "4"])
+        .args(["--batch", batch, "--json", "--timeout-s", "120"])
+        .args(extra)
+        .output()
+        .expect("run settled-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "settled-bench {backend} batch {batch} failed: {}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("one JSON object on stdout ({e}): {stdout}"));
+    for field in FIELDS {
+        let value = &report[field];
+        assert!(
+            !value.is_null(),
+            "field {field} missing or null in {report}"
+        );
+    }
+    assert_eq!(report["invariants_ok"], true, "{report}\n{stderr}");
+    assert_eq!(report["backend"], backend);
+    assert_eq!(report["receipts"].as_u64(), receipts.parse().ok());
+}
+
+#[test]
+fn sqlite_batches() {
+    bench("sqlite", "300", "16", &[]);
+}
+
+#[test]
+fn sqlite_one_by_one() {
+    bench("sqlite", "100", "1", &[]);
+}
+
+fn postgres_url() -> Option<String> {
+    let url = std::env::var("SETTLED_TEST_POSTGRES_URL").ok();
+    if url.is_none() {
+        eprintln!(
+            "SKIPPED: SETTLED_TEST_POSTGRES_URL is not set, so the PostgreSQL bench did not run"
+        );
+    }
+    url
+}
+
+#[test]
+fn postgres_batches() {
+    if let Some(url) = postgres_url() {
+        bench("postgres", "300", "16", &["--postgres-url", &url]);
+    }
+}
+
+#[test]
+fn postgres_one_by_one() {
+    if let Some(url) = postgres_url() {
+        bench("postgres", "100", "1", &["--postgres-url", &url]);
+    }
+}
