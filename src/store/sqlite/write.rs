@@ -2,7 +2,7 @@
 //! savepoint. Every outcome, extension and release repeats the whole claim
 //! compare-and-swap in its `WHERE`.
 
-use sqlx::{Connection, SqliteConnection};
+use sqlx::SqliteConnection;
 
 use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory};
@@ -136,7 +136,10 @@ pub async fn claim_receipt(
     })
 }
 
-/// Claim due rows in order, all or nothing; also counts expired leases taken over.
+/// Claim due rows in order, all or nothing; also counts expired leases taken
+/// over. Two statements whatever the batch size: pick the rows on the claim
+/// index, then lease them all with one `UPDATE … FROM json_each`, each with
+/// its own token from the OS CSPRNG.
 pub async fn claim_due(
     conn: &mut SqliteConnection,
     worker_id: &WorkerId,
@@ -144,23 +147,48 @@ pub async fn claim_due(
     until: i64,
     limit: ClaimLimit,
 ) -> StoreResult<(Vec<SettlementAttemptClaim>, u64)> {
-    let rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
-        "SELECT ",
-        receipt_columns!(),
-        " FROM receipts WHERE status = 'active' AND next_visible_at_ms <= ?1 \
-          AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
-          ORDER BY next_visible_at_ms, receipt_id LIMIT ?2"
-    ))
+    // INDEXED BY: the planner would otherwise sort every active row.
+    let picked: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
+        "SELECT receipt_id, row_version, lease_until_ms FROM receipts INDEXED BY receipts_due \
+         WHERE status = 'active' AND next_visible_at_ms <= ?1 \
+         AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
+         ORDER BY next_visible_at_ms, receipt_id LIMIT ?2",
+    )
     .bind(now)
     .bind(i64::try_from(limit.get()).unwrap_or(i64::MAX))
     .fetch_all(&mut *conn)
     .await?;
-    let mut claims = Vec::with_capacity(rows.len());
-    for row in &rows {
-        // Any error fails the job, rolling back every lease of the batch.
-        claims.push(lease(conn, row, worker_id, now, until).await?);
+    if picked.is_empty() {
+        return Ok((Vec::new(), 0));
     }
-    let expired = rows.iter().filter(|r| r.lease_until_ms.is_some()).count() as u64;
+    let mut leases = Vec::with_capacity(picked.len());
+    for (receipt_id, row_version, _) in &picked {
+        // Refuse an overflowing version before anything is written.
+        leases.push((receipt_id, rules::next_row_version(*row_version)?, rules::new_lease_token()?));
+    }
+    let leases = serde_json::to_string(&leases)
+        .map_err(|e| SettlementRouteError::backend(format!("encoding leases: {e}")))?;
+    let mut rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
+        "UPDATE receipts SET row_version = c.version, lease_owner = ?1, lease_token = c.token, \
+         lease_until_ms = ?2 FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, \
+         value ->> 2 AS token FROM json_each(?3)) AS c \
+         WHERE receipts.receipt_id = c.id AND receipts.row_version + 1 = c.version \
+         AND status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
+        receipt_columns!()
+    ))
+    .bind(worker_id.as_str())
+    .bind(until)
+    .bind(leases)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.len() != picked.len() {
+        return Err(SettlementRouteError::conflict("rows changed while being claimed"));
+    }
+    rows.sort_by(|a, b| (a.next_visible_at_ms, &a.receipt_id).cmp(&(b.next_visible_at_ms, &b.receipt_id)));
+    // A corrupt row fails the job, rolling back every lease of the batch.
+    let claims = rows.iter().map(ReceiptRow::claim).collect::<StoreResult<Vec<_>>>()?;
+    let expired = picked.iter().filter(|(_, _, lease)| lease.is_some()).count() as u64;
     Ok((claims, expired))
 }
 
@@ -230,14 +258,16 @@ async fn record_one(
     let plan = rules::plan_outcome(claim, input, policy, observed_at_ms)?;
     if plan.lease_live {
         let cas = Cas::of(claim)?;
-        // The change and its history entry stand or fall together.
-        let mut item = conn.begin().await?;
-        if apply(&mut item, &cas, plan.observed_at_ms, &plan.change).await? == 1 {
-            append_history(&mut item, &claim.receipt_id, &plan.history).await?;
-            item.commit().await?;
+        // A failed statement changes nothing, so a refused change needs no
+        // rollback; a refused history entry after an applied change fails
+        // the whole job (its savepoint is rolled back), so the two always
+        // stand or fall together.
+        if apply(conn, &cas, plan.observed_at_ms, &plan.change).await? == 1 {
+            append_history(conn, &claim.receipt_id, &plan.history)
+                .await
+                .map_err(|e| SettlementRouteError::backend(format!("history entry refused: {e}")))?;
             return Ok(plan.route);
         }
-        item.rollback().await?;
     }
     let row = row(conn, &claim.receipt_id).await?;
     rules::explain_miss(row.as_ref(), claim, Some(input), observed_at_ms)
