@@ -141,72 +141,83 @@ async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResu
     Ok(query.execute(conn).await?.rows_affected() == 1)
 }
 
-/// One outcome. Any database error aborts a PostgreSQL transaction, so the
-/// write runs under a savepoint: a refused item is undone alone and the
-/// batch goes on, as on SQLite.
+/// One outcome. Any database error aborts a PostgreSQL transaction, so in
+/// `careful` mode the write runs under a savepoint: a refused item is undone
+/// alone and the batch goes on, as on SQLite. Savepoints cost two round trips
+/// per item, so a batch is first tried without them; `Ok(None)` asks for the
+/// careful retry when an item was refused by the database.
 async fn record_one(
     tx: &mut Tx,
+    careful: bool,
     claim: &SettlementAttemptClaim,
     input: &SettlementRoutingInput,
     policy: RetryPolicy,
     observed_at_ms: u64,
-) -> StoreResult<StoreResult<SettlementRoute>> {
+) -> StoreResult<Option<StoreResult<SettlementRoute>>> {
     let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
         Ok(plan) => plan,
-        Err(e) => return Ok(Err(e)),
+        Err(e) => return Ok(Some(Err(e))),
     };
     let cas = Cas::of(claim)?;
     if plan.lease_live && cas_storable(&cas) {
-        let mut item = Acquire::begin(&mut *tx).await?;
-        match apply(&mut item, &cas, &plan).await {
-            Ok(matched) => {
-                item.commit().await?;
-                if matched {
-                    return Ok(Ok(plan.route));
-                }
+        if !careful {
+            match apply(&mut *tx, &cas, &plan).await {
+                Ok(true) => return Ok(Some(Ok(plan.route))),
+                Ok(false) => {}
+                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                Err(_) => return Ok(None),
             }
-            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
-            Err(e) => {
-                item.rollback().await?;
-                return Ok(Err(e));
+        } else {
+            let mut item = Acquire::begin(&mut *tx).await?;
+            match apply(&mut item, &cas, &plan).await {
+                Ok(matched) => {
+                    item.commit().await?;
+                    if matched {
+                        return Ok(Some(Ok(plan.route)));
+                    }
+                }
+                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                Err(e) => {
+                    item.rollback().await?;
+                    return Ok(Some(Err(e)));
+                }
             }
         }
     }
     let row = row_if_storable(tx, &claim.receipt_id).await?;
-    Ok(rules::explain_miss(
+    Ok(Some(rules::explain_miss(
         row.as_ref(),
         claim,
         Some(input),
         observed_at_ms,
-    ))
+    )))
 }
 
 /// Backend errors abort the whole call; everything else is judged per item.
-fn keep_going<T>(result: StoreResult<T>) -> StoreResult<StoreResult<T>> {
-    match result {
-        Err(e @ SettlementRouteError::Backend { .. }) => Err(e),
-        other => Ok(other),
-    }
-}
-
+/// `Ok(None)`: retry the batch in careful mode.
 async fn record_all(
     tx: &mut Tx,
+    careful: bool,
     outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
     policy: RetryPolicy,
     observed_at_ms: u64,
-) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+) -> StoreResult<Option<Vec<StoreResult<SettlementRoute>>>> {
     let mut results: Vec<Option<StoreResult<SettlementRoute>>> =
         outcomes.iter().map(|_| None).collect();
     for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
         let (claim, input) = &outcomes[i];
-        let result = record_one(tx, claim, input, policy, observed_at_ms).await;
-        results[i] = Some(keep_going(result.and_then(|r| r))?);
+        match record_one(tx, careful, claim, input, policy, observed_at_ms).await {
+            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+            Err(e) => results[i] = Some(Err(e)),
+            Ok(None) => return Ok(None),
+            Ok(Some(result)) => results[i] = Some(result),
+        }
     }
     let results: Vec<_> = results.into_iter().flatten().collect();
     if results.iter().any(retried) {
         announce(tx).await?;
     }
-    Ok(results)
+    Ok(Some(results))
 }
 
 fn retried(result: &StoreResult<SettlementRoute>) -> bool {
@@ -270,8 +281,22 @@ impl PostgresStore {
         observed_at_ms: u64,
     ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
         let mut tx = self.begin().await?;
-        let result = record_all(&mut tx, outcomes, policy, observed_at_ms).await;
-        let results = finish(tx, result).await?;
+        let fast = record_all(&mut tx, false, outcomes, policy, observed_at_ms).await;
+        let results = match fast {
+            Ok(Some(results)) => finish(tx, Ok(results)).await?,
+            // An item was refused by the database, which aborted the
+            // transaction: start again with a savepoint per item.
+            Ok(None) => {
+                tx.rollback().await?;
+                let mut tx = self.begin().await?;
+                let careful = record_all(&mut tx, true, outcomes, policy, observed_at_ms).await;
+                let careful = careful.and_then(|r| {
+                    r.ok_or_else(|| SettlementRouteError::backend("careful retry asked to retry"))
+                });
+                finish(tx, careful).await?
+            }
+            Err(e) => finish(tx, Err(e)).await?,
+        };
         if results.iter().any(retried) {
             self.notify.notify_waiters();
         }
