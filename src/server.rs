@@ -1,7 +1,8 @@
 //! Start-up and graceful shutdown.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::Arc;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -10,7 +11,7 @@ use tokio::sync::watch;
 use crate::clock::SystemClock;
 use crate::config::ServeArgs;
 use crate::http::auth::Tokens;
-use crate::http::{AppState, app};
+use crate::http::{AppState, REQUEST_TIMEOUT, app};
 use crate::store::open_store;
 
 /// Why the service did not start.
@@ -76,15 +77,51 @@ pub async fn run(
     .map_err(StartError::Serve)
 }
 
+/// How long shutdown waits for open connections once `stop` has resolved.
+/// Longer than any request may take ([`REQUEST_TIMEOUT`]), so every request
+/// in flight is answered; a client that never finishes sending its request
+/// head cannot keep the process alive forever.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(REQUEST_TIMEOUT.as_secs() + 5);
+
 /// Serve `state` on `listener` until `stop` resolves, then finish requests in flight.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(stop)
-        .await
+    serve_with_grace(listener, state, stop, SHUTDOWN_GRACE).await
+}
+
+/// [`serve`], giving connections still open `grace` after `stop` resolved
+/// before returning anyway (the connections left are dropped with the runtime).
+pub async fn serve_with_grace(
+    listener: TcpListener,
+    state: AppState,
+    stop: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let (stopped, mut stopping) = watch::channel(false);
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+        stop.await;
+        let _ = stopped.send(true);
+    });
+    let give_up = async move {
+        if stopping.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        result = server.into_future() => result,
+        () = give_up => {
+            tracing::warn!(
+                grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                "connections still open after the shutdown grace period \
+                 (clients that never finished a request); exiting"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

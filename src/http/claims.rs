@@ -33,13 +33,17 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct ClaimsIn {
     /// 1..=128 UTF-8 bytes.
+    #[schema(min_length = 1, max_length = 128)]
     pub worker_id: String,
     /// 1..=86400000.
+    #[schema(minimum = 1, maximum = 86_400_000)]
     pub lease_ms: u64,
     /// 1..=1024.
+    #[schema(minimum = 1, maximum = 1024)]
     pub limit: usize,
     /// 0..=20000: wait up to this long for work when none is due (0 or absent: no wait).
     #[serde(default)]
+    #[schema(maximum = 20_000)]
     pub wait_ms: Option<u64>,
 }
 
@@ -105,14 +109,16 @@ async fn claim_batch(
 #[serde(deny_unknown_fields)]
 pub struct ClaimOneIn {
     /// 1..=128 UTF-8 bytes.
+    #[schema(min_length = 1, max_length = 128)]
     pub worker_id: String,
     /// 1..=86400000.
+    #[schema(minimum = 1, maximum = 86_400_000)]
     pub lease_ms: u64,
 }
 
 /// Claim one receipt by id.
 #[utoipa::path(post, path = "/v1/receipts/{id}/claim", operation_id = "v1.receipts.claim", tag = "claims",
-    params(("id" = String, Path, description = "Receipt id")),
+    params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = ClaimOneIn,
     responses(
         (status = 200, description = "Claimed", body = SettlementAttemptClaim),

@@ -100,7 +100,7 @@ async fn list(
 
 /// One dead letter.
 #[utoipa::path(get, path = "/v1/dead-letters/{id}", operation_id = "v1.dead_letters.get", tag = "dead letters",
-    params(("id" = String, Path, description = "Receipt id")),
+    params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     responses(
         (status = 200, description = "The dead letter", body = DeadLetter),
         (status = 404, description = "Not dead-lettered", body = Problem, content_type = "application/problem+json"),
@@ -119,7 +119,7 @@ async fn get_one(
 
 /// Put a dead letter back to work: pending, attempts 0, history kept.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/redrive", operation_id = "v1.dead_letters.redrive", tag = "dead letters",
-    params(("id" = String, Path, description = "Receipt id")),
+    params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     responses(
         (status = 200, description = "The receipt, pending again", body = ReceiptView),
         (status = 404, description = "Not dead-lettered", body = Problem, content_type = "application/problem+json"),

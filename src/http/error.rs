@@ -149,6 +149,12 @@ impl From<JsonRejection> for ApiError {
                 "validation",
                 "send the body as JSON with Content-Type: application/json",
             ),
+            other if body_timed_out(&other) => Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "validation",
+                "the request body stopped arriving; send the request again",
+            ),
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
@@ -158,6 +164,18 @@ impl From<JsonRejection> for ApiError {
             other => Self::new(other.status(), "invalid_body", "validation", text),
         }
     }
+}
+
+/// Whether reading the body failed because the client stopped sending it.
+fn body_timed_out(rejection: &JsonRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = source {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 impl From<QueryRejection> for ApiError {

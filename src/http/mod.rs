@@ -24,6 +24,7 @@ use axum::routing::get;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
@@ -35,6 +36,10 @@ use error::ApiError;
 
 /// Longest time any request may take; above the longest long-poll wait.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest wait for the next piece of a request body: a client that stops
+/// sending its body part-way gets 408 instead of holding the request open.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -145,7 +150,55 @@ fn api_router() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = api_router().into_openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    document_body_problems(&mut doc);
     doc
+}
+
+/// Add the answers every operation with a JSON body can give before its
+/// handler runs (see [`error::ApiError`]'s `From<JsonRejection>`).
+fn document_body_problems(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    const PROBLEMS: [(&str, &str); 4] = [
+        ("400", "Malformed JSON (`malformed_json`)"),
+        (
+            "408",
+            "The request body stopped arriving (`request_timeout`)",
+        ),
+        ("413", "Body over 1 MiB (`body_too_large`)"),
+        (
+            "415",
+            "Body not sent as `application/json` (`unsupported_media_type`)",
+        ),
+    ];
+    for item in doc.paths.paths.values_mut() {
+        for operation in [
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if operation.request_body.is_none() {
+                continue;
+            }
+            for (status, description) in PROBLEMS {
+                let problem = ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build();
+                let response = ResponseBuilder::new()
+                    .description(description)
+                    .content("application/problem+json", problem)
+                    .build();
+                operation
+                    .responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert(RefOr::T(response));
+            }
+        }
+    }
 }
 
 async fn time_limit(request: Request, next: Next) -> Response {
@@ -163,7 +216,7 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 pub fn app(state: AppState) -> Router {
     let tokens = state.tokens.clone();
     let metrics = state.metrics.clone();
-    let (router, doc) = api_router().split_for_parts();
+    let (router, _) = api_router().split_for_parts();
     router
         .route("/openapi.yaml", get(ops::openapi_yaml))
         .route("/metrics", get(metrics::metrics))
@@ -171,13 +224,10 @@ pub fn app(state: AppState) -> Router {
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
         .with_state(state)
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", {
-            let mut doc = doc;
-            doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-            doc
-        }))
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .layer(middleware::from_fn(time_limit))
         .layer(CompressionLayer::new())
         .layer(CatchPanicLayer::custom(panic_response))

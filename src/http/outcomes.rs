@@ -28,7 +28,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// Succeeds only if the claim still matches the stored row exactly and its
 /// lease has not expired; otherwise 409 and nothing changes.
 #[utoipa::path(post, path = "/v1/receipts/{id}/outcome", operation_id = "v1.receipts.outcome", tag = "outcomes",
-    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id")),
+    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = OutcomeRequest,
     responses(
         (status = 200, description = "What the store did", body = SettlementRoute),
@@ -120,6 +120,7 @@ async fn record_batch(
 pub struct LeaseExtendIn {
     pub claim: SettlementAttemptClaim,
     /// New lease length from now: 1..=86400000 ms.
+    #[schema(minimum = 1, maximum = 86_400_000)]
     pub extend_ms: u64,
 }
 
@@ -132,7 +133,7 @@ pub struct LeaseReleaseIn {
 
 /// Extend a live lease to now + `extend_ms`; token and version stay the same.
 #[utoipa::path(post, path = "/v1/receipts/{id}/lease", operation_id = "v1.receipts.lease.extend", tag = "outcomes",
-    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id")),
+    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = LeaseExtendIn,
     responses(
         (status = 200, description = "The claim with its new lease_until_ms", body = SettlementAttemptClaim),
@@ -154,7 +155,7 @@ async fn extend_lease(
 
 /// Release a live lease without using up an attempt: the receipt is due again at once.
 #[utoipa::path(delete, path = "/v1/receipts/{id}/lease", operation_id = "v1.receipts.lease.release", tag = "outcomes",
-    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id")),
+    params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = LeaseReleaseIn,
     responses(
         (status = 204, description = "Released"),

@@ -139,7 +139,7 @@ async fn enqueue_batch(
 
 /// A receipt's state and history (never its lease token).
 #[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "v1.receipts.get", tag = "receipts",
-    params(("id" = String, Path, description = "Receipt id")),
+    params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     responses(
         (status = 200, description = "The receipt", body = ReceiptView),
         (status = 404, description = "Unknown receipt", body = Problem, content_type = "application/problem+json"),

@@ -26,6 +26,7 @@ pub const MAX_WAIT_MS: u64 = 20_000;
 #[serde(deny_unknown_fields)]
 pub struct ReceiptIn {
     /// 1..=512 UTF-8 bytes, no control characters, not `.` or `..`.
+    #[schema(min_length = 1, max_length = 512)]
     pub receipt_id: String,
     /// Unix seconds of the receipt (0..=9223372036854775807).
     pub finalized_at: u64,

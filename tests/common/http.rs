@@ -157,7 +157,12 @@ impl TestServer {
 
     /// GET a text body, expecting 200.
     pub async fn get_text(&self, path: &str) -> String {
-        let response = self.client.get(format!("{}{path}", self.base)).send().await.expect("request");
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("request");
         assert_eq!(response.status().as_u16(), 200);
         response.text().await.expect("body")
     }

@@ -164,16 +164,22 @@ pub async fn claim_due(
     let mut leases = Vec::with_capacity(picked.len());
     for (receipt_id, row_version, _) in &picked {
         // Refuse an overflowing version before anything is written.
-        leases.push((receipt_id, rules::next_row_version(*row_version)?, rules::new_lease_token()?));
+        leases.push((
+            receipt_id,
+            rules::next_row_version(*row_version)?,
+            rules::new_lease_token()?,
+        ));
     }
     let leases = serde_json::to_string(&leases)
         .map_err(|e| SettlementRouteError::backend(format!("encoding leases: {e}")))?;
+    // `+status` keeps the planner on the primary key (one lookup per leased
+    // row) instead of scanning every active row for each.
     let mut rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
         "UPDATE receipts SET row_version = c.version, lease_owner = ?1, lease_token = c.token, \
          lease_until_ms = ?2 FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, \
          value ->> 2 AS token FROM json_each(?3)) AS c \
          WHERE receipts.receipt_id = c.id AND receipts.row_version + 1 = c.version \
-         AND status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
+         AND +status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
         receipt_columns!()
     ))
     .bind(worker_id.as_str())
@@ -183,12 +189,22 @@ pub async fn claim_due(
     .fetch_all(&mut *conn)
     .await?;
     if rows.len() != picked.len() {
-        return Err(SettlementRouteError::conflict("rows changed while being claimed"));
+        return Err(SettlementRouteError::conflict(
+            "rows changed while being claimed",
+        ));
     }
-    rows.sort_by(|a, b| (a.next_visible_at_ms, &a.receipt_id).cmp(&(b.next_visible_at_ms, &b.receipt_id)));
+    rows.sort_by(|a, b| {
+        (a.next_visible_at_ms, &a.receipt_id).cmp(&(b.next_visible_at_ms, &b.receipt_id))
+    });
     // A corrupt row fails the job, rolling back every lease of the batch.
-    let claims = rows.iter().map(ReceiptRow::claim).collect::<StoreResult<Vec<_>>>()?;
-    let expired = picked.iter().filter(|(_, _, lease)| lease.is_some()).count() as u64;
+    let claims = rows
+        .iter()
+        .map(ReceiptRow::claim)
+        .collect::<StoreResult<Vec<_>>>()?;
+    let expired = picked
+        .iter()
+        .filter(|(_, _, lease)| lease.is_some())
+        .count() as u64;
     Ok((claims, expired))
 }
 
@@ -265,7 +281,9 @@ async fn record_one(
         if apply(conn, &cas, plan.observed_at_ms, &plan.change).await? == 1 {
             append_history(conn, &claim.receipt_id, &plan.history)
                 .await
-                .map_err(|e| SettlementRouteError::backend(format!("history entry refused: {e}")))?;
+                .map_err(|e| {
+                    SettlementRouteError::backend(format!("history entry refused: {e}"))
+                })?;
             return Ok(plan.route);
         }
     }

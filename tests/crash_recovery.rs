@@ -1,0 +1,679 @@
+//! Crash recovery: the real binary under load is killed with SIGKILL at random
+//! moments and restarted on the same database. Nothing acknowledged is lost,
+//! nothing is settled twice, and work leased at the crash comes back once its
+//! lease expires.
+//!
+//! Small by default (5 kills); `SETTLED_LONG=1` runs 25 kills with more load.
+//! Runs on SQLite, and on PostgreSQL when `SETTLED_TEST_POSTGRES_URL` is set.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// Lease length the workers ask for: short, so orphaned leases expire quickly.
+const LEASE_MS: u64 = 500;
+/// A retryable outcome is reported only while a receipt has fewer attempts
+/// than this, so every receipt eventually settles.
+const MAX_RPC_FAILURES: u64 = 2;
+
+fn long() -> bool {
+    std::env::var_os("SETTLED_LONG").is_some()
+}
+
+/// A small xorshift generator; the seed is printed so a run can be repeated.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Self {
+        let seed = std::env::var("SETTLED_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                let mut b = [0u8; 8];
+                getrandom::fill(&mut b).expect("rng");
+                u64::from_le_bytes(b) | 1
+            });
+        eprintln!("seed {seed} (set SETTLED_SEED to repeat)");
+        Self(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn fork(&mut self) -> Self {
+        Self(self.next() | 1)
+    }
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis(),
+    )
+    .expect("ms")
+}
+
+/// The running binary, its base URL, and its log lines (drained so the pipe never fills).
+struct Server {
+    child: Child,
+    base: String,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+fn start(dir: &Path, url: &str, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
+        .current_dir(dir)
+        .env_remove("SETTLED_DATABASE_URL")
+        .env_remove("SETTLED_LISTEN")
+        .env_remove("SETTLED_TOKENS")
+        .env("RUST_LOG", "warn,settled::server=info")
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--database-url", url])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn settled");
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    let kept = logs.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(entry) = serde_json::from_str::<Value>(&line)
+                && let Some(address) = entry["fields"]["address"].as_str()
+            {
+                let _ = tx.send(address.to_owned());
+            }
+            let mut kept = kept.lock().unwrap();
+            if kept.len() < 1000 {
+                kept.push(line);
+            }
+        }
+    });
+    let stderr = child.stderr.take().expect("stderr");
+    let kept = logs.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(address) => Server {
+            child,
+            base: format!("http://{address}"),
+            logs,
+        },
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!(
+                "settled did not start ({status:?}): {:?}",
+                logs.lock().unwrap()
+            );
+        }
+    }
+}
+
+impl Server {
+    /// SIGKILL (what `kill -KILL pid` sends) and reap.
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        let status = self.child.wait().expect("wait");
+        assert!(!status.success(), "killed, not exited: {status}");
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    fn stop(mut self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+        let status = self.child.wait().expect("wait");
+        assert!(
+            status.success(),
+            "exit 0 on SIGTERM, got {status}: {:?}",
+            self.logs.lock().unwrap()
+        );
+    }
+}
+
+/// A test that fails part-way must not leave the binary running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .expect("client")
+}
+
+/// One outcome a worker saw acknowledged with 200.
+#[derive(Debug, Clone)]
+struct Ack {
+    receipt_id: String,
+    attempt: u64,
+    outcome: &'static str,
+    worker_id: String,
+    transcript_id: Option<String>,
+    route: String,
+}
+
+#[derive(Default)]
+struct Figures {
+    acked_outcomes: AtomicU64,
+    conflicts: AtomicU64,
+    lost_answers: AtomicU64,
+    unexpected: Mutex<Vec<String>>,
+}
+
+/// The current server address; `None` while it is down.
+type Address = watch::Receiver<Option<String>>;
+
+async fn current(address: &mut Address) -> String {
+    loop {
+        if let Some(base) = address.borrow_and_update().clone() {
+            return base;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), address.changed()).await;
+    }
+}
+
+/// Enqueue batches until told to stop, resending a batch whose answer was
+/// lost until it is acknowledged (the store makes that idempotent).
+async fn producer(
+    mut address: Address,
+    stop: Arc<AtomicBool>,
+    batch: usize,
+    acked: Arc<Mutex<BTreeSet<String>>>,
+    figures: Arc<Figures>,
+) {
+    let http = client();
+    let mut seq = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let ids: Vec<String> = (seq..seq + batch).map(|n| format!("r-{n:06}")).collect();
+        seq += batch;
+        let body = json!({"receipts": ids.iter().enumerate().map(|(i, id)| json!({
+            "receipt_id": id,
+            "finalized_at": 1_764_460_800u64,
+            "observation": {"amount_cents": 100 + i, "id": id},
+        })).collect::<Vec<_>>()});
+        // Resend until acknowledged.
+        loop {
+            let base = current(&mut address).await;
+            match http
+                .post(format!("{base}/v1/receipts/batch"))
+                .json(&body)
+                .send()
+                .await
+            {
+                Ok(r) if r.status() == 200 => {
+                    let Ok(out) = r.json::<Value>().await else {
+                        figures.lost_answers.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let results = out["results"].as_array().expect("results");
+                    assert_eq!(results.len(), ids.len());
+                    let mut acked = acked.lock().unwrap();
+                    for (id, result) in ids.iter().zip(results) {
+                        let status = result["status"].as_str().unwrap_or_default();
+                        assert!(
+                            status == "created" || status == "existing",
+                            "{id}: {result}"
+                        );
+                        acked.insert(id.clone());
+                    }
+                    break;
+                }
+                Ok(r) => {
+                    let status = r.status();
+                    let text = r.text().await.unwrap_or_default();
+                    figures
+                        .unexpected
+                        .lock()
+                        .unwrap()
+                        .push(format!("enqueue: {status} {text}"));
+                }
+                Err(_) => {
+                    figures.lost_answers.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Claim, "settle" for a moment, report. A commit whose answer was lost is
+/// sent again (to whichever server is up) until its lease deadline passes.
+async fn worker(
+    name: String,
+    mut address: Address,
+    stop: Arc<AtomicBool>,
+    mut rng: Rng,
+    acks: Arc<Mutex<Vec<Ack>>>,
+    figures: Arc<Figures>,
+) {
+    let http = client();
+    while !stop.load(Ordering::Relaxed) {
+        let base = current(&mut address).await;
+        let claimed = http
+            .post(format!("{base}/v1/claims"))
+            .json(&json!({"worker_id": name, "lease_ms": LEASE_MS, "limit": 8, "wait_ms": 200}))
+            .send()
+            .await;
+        let claims = match claimed {
+            Ok(r) if r.status() == 200 => match r.json::<Value>().await {
+                Ok(body) => body["claims"].as_array().cloned().unwrap_or_default(),
+                Err(_) => continue,
+            },
+            Ok(r) => {
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                figures
+                    .unexpected
+                    .lock()
+                    .unwrap()
+                    .push(format!("claim: {status} {text}"));
+                continue;
+            }
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        for claim in claims {
+            tokio::time::sleep(Duration::from_millis(rng.below(30))).await;
+            let id = claim["receipt_id"].as_str().expect("id").to_owned();
+            let attempts = claim["attempts"].as_u64().expect("attempts");
+            let until = claim["lease_until_ms"].as_u64().expect("until");
+            let version = claim["row_version"].as_u64().expect("version");
+            let (outcome, kind, transcript) = if attempts < MAX_RPC_FAILURES && rng.below(4) == 0 {
+                (
+                    json!({"kind": "retryable", "code": "rpc", "detail": format!("timeout {attempts}")}),
+                    "retryable",
+                    None,
+                )
+            } else {
+                let tx = format!("tx-{id}-{version}");
+                (
+                    json!({"kind": "accepted", "transcript_id": tx}),
+                    "accepted",
+                    Some(tx),
+                )
+            };
+            let body = json!({"claim": claim, "outcome": outcome});
+            loop {
+                let base = current(&mut address).await;
+                let sent = http
+                    .post(format!("{base}/v1/receipts/{id}/outcome"))
+                    .json(&body)
+                    .send()
+                    .await;
+                let answer = match sent {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        r.json::<Value>().await.map(|b| (status, b))
+                    }
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok((200, route)) => {
+                        let expected = if kind == "accepted" {
+                            "no_action"
+                        } else {
+                            "retry_scheduled"
+                        };
+                        assert_eq!(route["kind"], expected, "{id}: {route}");
+                        figures.acked_outcomes.fetch_add(1, Ordering::Relaxed);
+                        acks.lock().unwrap().push(Ack {
+                            receipt_id: id.clone(),
+                            attempt: attempts + 1,
+                            outcome: kind,
+                            worker_id: name.clone(),
+                            transcript_id: transcript.clone(),
+                            route: expected.to_owned(),
+                        });
+                        break;
+                    }
+                    Ok((409, problem)) => {
+                        assert_eq!(problem["code"], "lease_conflict", "{problem}");
+                        assert_eq!(problem["class"], "conflict", "{problem}");
+                        figures.conflicts.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Ok((status, body)) => {
+                        figures
+                            .unexpected
+                            .lock()
+                            .unwrap()
+                            .push(format!("outcome: {status} {body}"));
+                        break;
+                    }
+                    Err(_) => {
+                        figures.lost_answers.fetch_add(1, Ordering::Relaxed);
+                        if now_ms() > until + 50 {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn get(http: &reqwest::Client, url: String) -> Value {
+    let r = http.get(&url).send().await.expect("GET");
+    assert_eq!(r.status(), 200, "{url}");
+    r.json().await.expect("json")
+}
+
+/// Right after a restart, before any worker can reach the new server. Every
+/// lease was granted before the kill, so once `LEASE_MS` has passed since the
+/// kill none may be live. Every active receipt that was claimed more often
+/// than an outcome was recorded for it (`row_version` > history entries) had
+/// its lease abandoned — typically by the crash — and must be claimable: it is
+/// claimed by id and settled, as a worker would. Returns the acknowledged
+/// outcomes.
+async fn reclaim_orphans(http: &reqwest::Client, base: &str, killed_at: Instant) -> Vec<Ack> {
+    let expired = killed_at + Duration::from_millis(LEASE_MS + 50);
+    tokio::time::sleep_until(expired.into()).await;
+    let status = get(http, format!("{base}/v1/status?limit=4096")).await;
+    assert_eq!(
+        status["counts"]["leased"], 0,
+        "a lease outlived its deadline across the restart: {}",
+        status["counts"]
+    );
+    let ids = |state: &str| -> Vec<String> {
+        status["samples"][state]["receipts"]
+            .as_array()
+            .expect("receipts")
+            .iter()
+            .map(|r| r["receipt_id"].as_str().expect("id").to_owned())
+            .collect()
+    };
+    assert_eq!(status["samples"]["retry_scheduled"]["truncated"], false);
+    // Work is claimed oldest first and ids grow with age, so the pending
+    // receipts ever claimed come first in id order: stop after a run of
+    // receipts never claimed (the rest of the backlog).
+    let mut abandoned = Vec::new();
+    for (state, ids) in [
+        ("retry_scheduled", ids("retry_scheduled")),
+        ("pending", ids("pending")),
+    ] {
+        let mut never_claimed = 0;
+        for id in ids {
+            let view = get(http, format!("{base}/v1/receipts/{id}")).await;
+            let history = view["history"].as_array().expect("history").len() as u64;
+            let version = view["row_version"].as_u64().expect("version");
+            if version > history {
+                abandoned.push(id);
+                never_claimed = 0;
+            } else if state == "pending" && version == 0 {
+                never_claimed += 1;
+                if never_claimed == 50 {
+                    break;
+                }
+            }
+        }
+    }
+    let mut acks = Vec::new();
+    for id in &abandoned {
+        let mut claimed = None;
+        for _ in 0..20 {
+            let r = http
+                .post(format!("{base}/v1/receipts/{id}/claim"))
+                .json(&json!({"worker_id": "reclaimer", "lease_ms": 5000}))
+                .send()
+                .await
+                .expect("claim");
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.expect("claim json");
+            match status {
+                200 => {
+                    claimed = Some(body);
+                    break;
+                }
+                // A retry not yet due (50 ms backoff).
+                409 if body["code"] == "receipt_not_visible" => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ => panic!("{id}: an abandoned lease is not reclaimable: {status} {body}"),
+            }
+        }
+        let claim = claimed.unwrap_or_else(|| panic!("{id} never became claimable"));
+        let tx = format!("tx-{id}-reclaimed-{}", claim["row_version"]);
+        let r = http
+            .post(format!("{base}/v1/receipts/{id}/outcome"))
+            .json(&json!({"claim": claim, "outcome": {"kind": "accepted", "transcript_id": tx}}))
+            .send()
+            .await
+            .expect("outcome");
+        assert_eq!(r.status(), 200, "{id}");
+        acks.push(Ack {
+            receipt_id: id.clone(),
+            attempt: claim["attempts"].as_u64().expect("attempts") + 1,
+            outcome: "accepted",
+            worker_id: "reclaimer".into(),
+            transcript_id: Some(tx),
+            route: "no_action".into(),
+        });
+    }
+    acks
+}
+
+async fn crash_and_recover(url: String, dir: &Path) {
+    let started = Instant::now();
+    let mut rng = Rng::seeded();
+    let kills = if long() { 25 } else { 5 };
+    let workers = if long() { 8 } else { 4 };
+    let batch = if long() { 15 } else { 10 };
+    // Retries come due quickly and never run out, so everything settles.
+    let policy = [
+        "--max-retries",
+        "32",
+        "--initial-backoff-ms",
+        "50",
+        "--backoff-multiplier",
+        "1",
+        "--backoff-cap-ms",
+        "50",
+    ];
+    let (publish, address) = watch::channel(None::<String>);
+    let stop_producing = Arc::new(AtomicBool::new(false));
+    let stop_working = Arc::new(AtomicBool::new(false));
+    let acked_receipts = Arc::new(Mutex::new(BTreeSet::new()));
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let figures = Arc::new(Figures::default());
+    let producing = tokio::spawn(producer(
+        address.clone(),
+        stop_producing.clone(),
+        batch,
+        acked_receipts.clone(),
+        figures.clone(),
+    ));
+    let mut working = Vec::new();
+    for w in 0..workers {
+        working.push(tokio::spawn(worker(
+            format!("worker-{w}"),
+            address.clone(),
+            stop_working.clone(),
+            rng.fork(),
+            acks.clone(),
+            figures.clone(),
+        )));
+    }
+    let http = client();
+    let mut orphans = 0usize;
+    let mut killed_at = None;
+    for _ in 0..kills {
+        let server = start(dir, &url, &policy);
+        if let Some(at) = killed_at {
+            let reclaimed = reclaim_orphans(&http, &server.base, at).await;
+            orphans += reclaimed.len();
+            acks.lock().unwrap().extend(reclaimed);
+        }
+        publish.send_replace(Some(server.base.clone()));
+        tokio::time::sleep(Duration::from_millis(300 + rng.below(1200))).await;
+        publish.send_replace(None);
+        server.kill();
+        killed_at = Some(Instant::now());
+    }
+    // Last run: stop producing (its last batch is acknowledged first), then let
+    // the workers finish everything.
+    let server = start(dir, &url, &policy);
+    let reclaimed = reclaim_orphans(
+        &http,
+        &server.base,
+        killed_at.expect("killed at least once"),
+    )
+    .await;
+    orphans += reclaimed.len();
+    acks.lock().unwrap().extend(reclaimed);
+    publish.send_replace(Some(server.base.clone()));
+    stop_producing.store(true, Ordering::Relaxed);
+    producing.await.expect("producer");
+    let receipts = acked_receipts.lock().unwrap().clone();
+    // Drain: give up only when the settled count stops moving for 15 s.
+    let mut last_settled = 0;
+    let mut last_progress = Instant::now();
+    let counts = loop {
+        let status = get(&http, format!("{}/v1/status?limit=1", server.base)).await;
+        let counts = status["counts"].clone();
+        let open: u64 = ["pending", "leased", "retry_scheduled"]
+            .iter()
+            .map(|k| counts[k].as_u64().expect("count"))
+            .sum();
+        if open == 0 {
+            break counts;
+        }
+        let settled = counts["settled"].as_u64().expect("settled");
+        if settled > last_settled {
+            last_settled = settled;
+            last_progress = Instant::now();
+        }
+        assert!(
+            last_progress.elapsed() < Duration::from_secs(15),
+            "no progress in the final run: {counts}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    stop_working.store(true, Ordering::Relaxed);
+    for w in working {
+        w.await.expect("worker");
+    }
+
+    // Everything acknowledged was kept, and everything settled exactly once.
+    let unexpected = figures.unexpected.lock().unwrap().clone();
+    assert!(unexpected.is_empty(), "unexpected answers: {unexpected:?}");
+    let total = receipts.len() as u64;
+    assert!(total > 0, "the producer got nothing acknowledged");
+    assert_eq!(
+        counts,
+        json!({"pending": 0, "leased": 0, "retry_scheduled": 0, "settled": total,
+               "skipped": 0, "dead_lettered": 0}),
+        "every acknowledged receipt settled, and nothing else exists"
+    );
+    let mut by_receipt: BTreeMap<String, Vec<Ack>> = BTreeMap::new();
+    for ack in acks.lock().unwrap().iter() {
+        assert!(
+            receipts.contains(&ack.receipt_id),
+            "outcome for an unknown receipt {ack:?}"
+        );
+        by_receipt
+            .entry(ack.receipt_id.clone())
+            .or_default()
+            .push(ack.clone());
+    }
+    let mut accepted_acks = 0usize;
+    for id in &receipts {
+        let view = get(&http, format!("{}/v1/receipts/{id}", server.base)).await;
+        assert_eq!(view["state"], "settled", "{view}");
+        let history = view["history"].as_array().expect("history");
+        let accepted: Vec<&Value> = history
+            .iter()
+            .filter(|h| h["outcome"] == "accepted")
+            .collect();
+        assert_eq!(accepted.len(), 1, "exactly one accepted entry: {view}");
+        assert_eq!(view["transcript_id"], accepted[0]["transcript_id"]);
+        for ack in by_receipt.get(id).map(Vec::as_slice).unwrap_or_default() {
+            let found = history.iter().any(|h| {
+                h["attempt"].as_u64() == Some(ack.attempt)
+                    && h["outcome"] == ack.outcome
+                    && h["worker_id"] == ack.worker_id.as_str()
+                    && h["route"] == ack.route.as_str()
+                    && ack
+                        .transcript_id
+                        .as_ref()
+                        .is_none_or(|t| h["transcript_id"] == t.as_str())
+            });
+            assert!(
+                found,
+                "acknowledged {ack:?} missing from the history: {view}"
+            );
+            if ack.outcome == "accepted" {
+                accepted_acks += 1;
+            }
+        }
+    }
+    assert!(
+        accepted_acks <= receipts.len(),
+        "more accepted acknowledgements than receipts"
+    );
+    server.stop();
+    println!(
+        "crash_recovery ({}): receipts {total}, kills {kills}, acknowledged outcomes {}, \
+         conflicts {}, lost answers (resent) {}, abandoned leases reclaimed after restarts {orphans}, {:.1} s",
+        if url.starts_with("sqlite:") {
+            "sqlite"
+        } else {
+            "postgres"
+        },
+        figures.acked_outcomes.load(Ordering::Relaxed) + orphans as u64,
+        figures.conflicts.load(Ordering::Relaxed),
+        figures.lost_answers.load(Ordering::Relaxed),
+        started.elapsed().as_secs_f64(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_survives_sigkill_under_load() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite:{}", dir.path().join("settled.db").display());
+    crash_and_recover(url, dir.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_survives_sigkill_under_load() {
+    let Some(url) = common::fresh_postgres_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    crash_and_recover(url, dir.path()).await;
+}
