@@ -1,6 +1,6 @@
 //! Start-up and graceful shutdown.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +37,9 @@ pub enum StartError {
     #[error("server failed: {0}")]
     Serve(std::io::Error),
 }
+
+/// Longest a client may take to send a request head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Check the configuration, open the store, bind, and serve until `stop` resolves.
 pub async fn run(
@@ -94,34 +97,65 @@ pub async fn serve(
 
 /// [`serve`], giving connections still open `grace` after `stop` resolved
 /// before returning anyway (the connections left are dropped with the runtime).
+///
+/// hyper is driven directly (not through `axum::serve`) so that a client which
+/// sends half a request head and then nothing is cut off after
+/// [`HEADER_READ_TIMEOUT`] instead of holding a connection forever.
 pub async fn serve_with_grace(
     listener: TcpListener,
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (stopped, mut stopping) = watch::channel(false);
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
-        stop.await;
-        let _ = stopped.send(true);
-    });
-    let give_up = async move {
-        if stopping.wait_for(|stop| *stop).await.is_err() {
-            std::future::pending::<()>().await;
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let router = app(state);
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, do not spin.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let service = TowerToHyperService::new(router.clone());
+                let connection = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+            }
+            () = &mut stop => break,
         }
-        tokio::time::sleep(grace).await;
-    };
+    }
+    drop(listener);
     tokio::select! {
-        result = server.into_future() => result,
-        () = give_up => {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(grace) => {
             tracing::warn!(
                 grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
                 "connections still open after the shutdown grace period \
                  (clients that never finished a request); exiting"
             );
-            Ok(())
         }
     }
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -345,14 +345,11 @@ async fn a_full_disk_gives_503_writes_nothing_and_a_restart_recovers() {
     full_disk(false).await;
 }
 
-/// Known bug: after SQLite reports the disk full inside a write transaction,
-/// SQLite rolls the transaction back by itself; sqlx's own ROLLBACK then
-/// fails ("no transaction is active") and sqlx never lowers its transaction
-/// depth, so the store's single writer connection answers every later write
-/// with "attempted to call begin_with at non-zero transaction depth" (503)
-/// until the process restarts, although the disk has room again.
+/// After SQLite reports the disk full inside a write transaction it rolls the
+/// transaction back by itself while sqlx still counts it as open; the writer
+/// must reopen its connection so that writes work again once there is room,
+/// without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug: the SQLite writer connection stays broken after SQLITE_FULL until restart; see RELIABILITY.md"]
 async fn the_service_recovers_by_itself_when_disk_space_returns() {
     full_disk(true).await;
 }

@@ -11,11 +11,11 @@ mod claims;
 mod dead_letters;
 #[path = "http_api/errors.rs"]
 mod errors;
+#[path = "http_api/metrics.rs"]
+mod metrics;
 #[path = "http_api/operations.rs"]
 mod operations;
 #[path = "http_api/outcomes.rs"]
 mod outcomes;
 #[path = "http_api/receipts.rs"]
 mod receipts;
-#[path = "http_api/metrics.rs"]
-mod metrics;

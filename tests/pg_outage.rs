@@ -803,7 +803,10 @@ async fn a_replica_cut_off_mid_transaction_does_not_hold_locks_on_the_others() {
     let answered = cut.elapsed();
     assert_eq!(answer.status, 503, "{}", answer.text);
     assert_eq!(answer.body["code"], "backend_unavailable");
-    assert!(answered < Duration::from_secs(10), "answered after {answered:?}");
+    assert!(
+        answered < Duration::from_secs(10),
+        "answered after {answered:?}"
+    );
     proxy.set(Mode::Open);
     let api_a = Api {
         client: reqwest::Client::new(),

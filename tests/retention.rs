@@ -14,56 +14,138 @@ use settled::store::{NewReceipt, ReceiptState};
 const T: u64 = 1_000_000;
 
 fn receipt(id: &str) -> NewReceipt {
-    NewReceipt { receipt_id: ReceiptId::parse(id).unwrap(), finalized_at: 1, observation: None, visible_at_ms: None }
+    NewReceipt {
+        receipt_id: ReceiptId::parse(id).unwrap(),
+        finalized_at: 1,
+        observation: None,
+        visible_at_ms: None,
+    }
 }
 
 async fn finish(fresh: &Fresh, id: &str, outcome: SettlementRoutingInput, at: u64) {
     let store = fresh.store.as_ref();
     store.enqueue(&[receipt(id)], at).await.unwrap();
     let worker = WorkerId::parse("w").unwrap();
-    let claim = match store.claim_receipt(&ReceiptId::parse(id).unwrap(), &worker, at, LeaseMs::try_from(1000).unwrap()).await.unwrap() {
+    let claim = match store
+        .claim_receipt(
+            &ReceiptId::parse(id).unwrap(),
+            &worker,
+            at,
+            LeaseMs::try_from(1000).unwrap(),
+        )
+        .await
+        .unwrap()
+    {
         settled::store::ReceiptClaim::Claimed(c) => c,
         other => panic!("{other:?}"),
     };
-    store.record_claimed_outcome(&claim, &outcome, RetryPolicy::default(), at).await.unwrap();
+    store
+        .record_claimed_outcome(&claim, &outcome, RetryPolicy::default(), at)
+        .await
+        .unwrap();
 }
 
 fn accepted() -> SettlementRoutingInput {
-    SettlementRoutingInput::Accepted { transcript_id: TranscriptId::parse("t").unwrap() }
+    SettlementRoutingInput::Accepted {
+        transcript_id: TranscriptId::parse("t").unwrap(),
+    }
 }
 
 async fn state(fresh: &Fresh, id: &str) -> Option<ReceiptState> {
-    fresh.store.receipt(&ReceiptId::parse(id).unwrap(), T * 10).await.unwrap().map(|v| v.state)
+    fresh
+        .store
+        .receipt(&ReceiptId::parse(id).unwrap(), T * 10)
+        .await
+        .unwrap()
+        .map(|v| v.state)
 }
 
 async fn retention_removes_only_old_finished_receipts(fresh: Fresh) {
     finish(&fresh, "old-settled", accepted(), T).await;
-    finish(&fresh, "old-skipped", SettlementRoutingInput::Skipped { reason: SettlementSkipReason::Denied }, T).await;
-    let perm = SettlementRoutingInput::Permanent { reason: SettlementFailureReason::new(SettlementFailureCode::Signature, "") };
+    finish(
+        &fresh,
+        "old-skipped",
+        SettlementRoutingInput::Skipped {
+            reason: SettlementSkipReason::Denied,
+        },
+        T,
+    )
+    .await;
+    let perm = SettlementRoutingInput::Permanent {
+        reason: SettlementFailureReason::new(SettlementFailureCode::Signature, ""),
+    };
     finish(&fresh, "old-dead", perm, T).await;
-    let rpc = SettlementRoutingInput::Retryable { reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, "") };
+    let rpc = SettlementRoutingInput::Retryable {
+        reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, ""),
+    };
     finish(&fresh, "old-retry", rpc, T).await;
-    fresh.store.enqueue(&[receipt("old-pending")], T).await.unwrap();
-    fresh.store.enqueue(&[receipt("old-leased")], T).await.unwrap();
+    fresh
+        .store
+        .enqueue(&[receipt("old-pending")], T)
+        .await
+        .unwrap();
+    fresh
+        .store
+        .enqueue(&[receipt("old-leased")], T)
+        .await
+        .unwrap();
     let worker = WorkerId::parse("w").unwrap();
-    fresh.store.claim_receipt(&ReceiptId::parse("old-leased").unwrap(), &worker, T, LeaseMs::try_from(86_400_000).unwrap()).await.unwrap();
+    fresh
+        .store
+        .claim_receipt(
+            &ReceiptId::parse("old-leased").unwrap(),
+            &worker,
+            T,
+            LeaseMs::try_from(86_400_000).unwrap(),
+        )
+        .await
+        .unwrap();
     finish(&fresh, "new-settled", accepted(), T + 5_000).await;
 
     // Everything that finished before T + 1000 is past a retention of 1 s at T + 2000.
     let clock = ManualClock::new(T + 2_000);
-    let removed = settled::retention::purge_once(&fresh.store, &clock, Duration::from_secs(1)).await;
+    let removed =
+        settled::retention::purge_once(&fresh.store, &clock, Duration::from_secs(1)).await;
     assert_eq!(removed, 2);
     assert_eq!(state(&fresh, "old-settled").await, None);
     assert_eq!(state(&fresh, "old-skipped").await, None);
-    assert_eq!(state(&fresh, "old-dead").await, Some(ReceiptState::DeadLettered));
-    assert_eq!(state(&fresh, "old-retry").await, Some(ReceiptState::RetryScheduled));
-    assert_eq!(state(&fresh, "old-pending").await, Some(ReceiptState::Pending));
-    assert_eq!(state(&fresh, "old-leased").await, Some(ReceiptState::Leased));
-    assert_eq!(state(&fresh, "new-settled").await, Some(ReceiptState::Settled));
+    assert_eq!(
+        state(&fresh, "old-dead").await,
+        Some(ReceiptState::DeadLettered)
+    );
+    assert_eq!(
+        state(&fresh, "old-retry").await,
+        Some(ReceiptState::RetryScheduled)
+    );
+    assert_eq!(
+        state(&fresh, "old-pending").await,
+        Some(ReceiptState::Pending)
+    );
+    assert_eq!(
+        state(&fresh, "old-leased").await,
+        Some(ReceiptState::Leased)
+    );
+    assert_eq!(
+        state(&fresh, "new-settled").await,
+        Some(ReceiptState::Settled)
+    );
     // Their history went with them.
-    let orphans = raw_exec(&fresh, "DELETE FROM receipt_history WHERE receipt_id IN ('old-settled', 'old-skipped')").await.unwrap();
+    let orphans = raw_exec(
+        &fresh,
+        "DELETE FROM receipt_history WHERE receipt_id IN ('old-settled', 'old-skipped')",
+    )
+    .await
+    .unwrap();
     assert_eq!(orphans, 0);
-    assert!(raw_exec(&fresh, "DELETE FROM receipt_history WHERE receipt_id = 'new-settled'").await.unwrap() > 0);
+    assert!(
+        raw_exec(
+            &fresh,
+            "DELETE FROM receipt_history WHERE receipt_id = 'new-settled'"
+        )
+        .await
+        .unwrap()
+            > 0
+    );
 }
 
 async fn retention_works_through_many_batches(fresh: Fresh) {
@@ -74,18 +156,32 @@ async fn retention_works_through_many_batches(fresh: Fresh) {
     let lease = LeaseMs::try_from(1000).unwrap();
     let mut items = Vec::new();
     while items.len() < n {
-        let claims = fresh.store.claim_due(&worker, T, lease, ClaimLimit::try_from(1024).unwrap()).await.unwrap();
+        let claims = fresh
+            .store
+            .claim_due(&worker, T, lease, ClaimLimit::try_from(1024).unwrap())
+            .await
+            .unwrap();
         items.extend(claims.into_iter().map(|c| (c, accepted())));
     }
     for chunk in items.chunks(1024) {
-        for r in fresh.store.record_claimed_outcomes(chunk, RetryPolicy::default(), T).await.unwrap() {
+        for r in fresh
+            .store
+            .record_claimed_outcomes(chunk, RetryPolicy::default(), T)
+            .await
+            .unwrap()
+        {
             r.unwrap();
         }
     }
     let store = Arc::clone(&fresh.store);
-    let removed = settled::retention::purge_once(&store, &ManualClock::new(T + 10), Duration::from_millis(5)).await;
+    let removed =
+        settled::retention::purge_once(&store, &ManualClock::new(T + 10), Duration::from_millis(5))
+            .await;
     assert_eq!(removed, n as u64);
     assert_eq!(fresh.store.status(T, 1).await.unwrap().counts.settled, 0);
 }
 
-on_every_backend!(retention_removes_only_old_finished_receipts, retention_works_through_many_batches);
+on_every_backend!(
+    retention_removes_only_old_finished_receipts,
+    retention_works_through_many_batches
+);

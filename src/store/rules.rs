@@ -242,6 +242,39 @@ pub fn explain_miss(
     }
 }
 
+/// [`plan_outcome`] refused an outcome. When the refusal is the claim's
+/// `attempts + 1` overflowing, that is the record's problem only if the claim
+/// is the live one: a forged claim with `attempts = u32::MAX` is answered as
+/// the conflict it is. Every other refusal (an invalid policy, a value that
+/// does not fit the database, a clock overflow) stands.
+pub fn refused_plan(
+    row: Option<&ReceiptRow>,
+    claim: &SettlementAttemptClaim,
+    refusal: SettlementRouteError,
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> SettlementRouteError {
+    if claim.attempts != u32::MAX || policy.validate().is_err() || Cas::of(claim).is_err() {
+        return refusal;
+    }
+    let live = row.is_some_and(|r| {
+        r.status == "active"
+            && r.lease_owner.as_deref() == Some(claim.lease_owner.as_str())
+            && r.lease_token.as_deref() == Some(claim.lease_token.as_str())
+            && r.lease_until_ms.and_then(|u| u64::try_from(u).ok()) == Some(claim.lease_until_ms)
+            && u64::try_from(r.row_version).ok() == Some(claim.row_version)
+            && u64::try_from(r.finalized_at).ok() == Some(claim.finalized_at)
+            && i64::from(claim.attempts) == r.attempts
+    });
+    if live {
+        return refusal;
+    }
+    match explain_miss(row, claim, None, observed_at_ms) {
+        Err(conflict) => conflict,
+        Ok(_) => refusal,
+    }
+}
+
 /// A fresh lease token: 128 bits from the OS CSPRNG, as 32 hex characters.
 pub fn new_lease_token() -> StoreResult<String> {
     let mut bytes = [0u8; 16];

@@ -20,23 +20,57 @@ fn parse(text: &str) -> HashMap<String, f64> {
 
 async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
     let s = spawn(fresh).await;
-    let text = s.client.get(format!("{}/metrics", s.base)).send().await.unwrap();
-    assert!(text.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    let text = s
+        .client
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        text.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
     let before = parse(&text.text().await.unwrap());
     assert_eq!(before["settled_claims_total"], 0.0);
     for id in ["a", "b", "c", "d"] {
         s.enqueue(id).await;
     }
     let claims = s.claim("w", 3).await;
-    s.outcome(&claims[0], json!({"kind": "accepted", "transcript_id": "t"})).await.ok(200);
-    s.outcome(&claims[1], json!({"kind": "retryable", "code": "rpc", "detail": ""})).await.ok(200);
-    s.outcome(&claims[2], json!({"kind": "permanent", "code": "signature", "detail": ""})).await.ok(200);
-    s.outcome(&claims[0], json!({"kind": "accepted", "transcript_id": "t"})).await.assert_problem(409, "lease_conflict", "conflict");
+    s.outcome(
+        &claims[0],
+        json!({"kind": "accepted", "transcript_id": "t"}),
+    )
+    .await
+    .ok(200);
+    s.outcome(
+        &claims[1],
+        json!({"kind": "retryable", "code": "rpc", "detail": ""}),
+    )
+    .await
+    .ok(200);
+    s.outcome(
+        &claims[2],
+        json!({"kind": "permanent", "code": "signature", "detail": ""}),
+    )
+    .await
+    .ok(200);
+    s.outcome(
+        &claims[0],
+        json!({"kind": "accepted", "transcript_id": "t"}),
+    )
+    .await
+    .assert_problem(409, "lease_conflict", "conflict");
     // `d` is leased, its lease expires, and it is claimed again.
     let d = s.claim("w", 1).await;
     assert_eq!(d[0]["receipt_id"], "d");
     s.clock.set(T0 + 30_000);
-    assert_eq!(s.claim("w2", 5).await.len(), 2, "d again, and b whose backoff has passed");
+    assert_eq!(
+        s.claim("w2", 5).await.len(),
+        2,
+        "d again, and b whose backoff has passed"
+    );
     let m = parse(&s.get_text("/metrics").await);
     assert_eq!(m["settled_claims_total"], 6.0);
     assert_eq!(m[r#"settled_outcomes_total{route="no_action"}"#], 1.0);
@@ -50,9 +84,18 @@ async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
     assert_eq!(m[r#"settled_receipts{state="pending"}"#], 0.0);
     assert_eq!(m["settled_dead_letters"], 1.0);
     assert_eq!(m["settled_oldest_due_age_seconds"], 0.0);
-    assert_eq!(m[r#"settled_http_requests_total{method="POST",route="/v1/claims",status="200"}"#], 3.0);
-    assert_eq!(m[r#"settled_http_requests_total{method="POST",route="/v1/receipts/{id}/outcome",status="409"}"#], 1.0);
-    assert_eq!(m[r#"settled_http_request_duration_seconds_count{method="POST",route="/v1/receipts"}"#], 4.0);
+    assert_eq!(
+        m[r#"settled_http_requests_total{method="POST",route="/v1/claims",status="200"}"#],
+        3.0
+    );
+    assert_eq!(
+        m[r#"settled_http_requests_total{method="POST",route="/v1/receipts/{id}/outcome",status="409"}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"settled_http_request_duration_seconds_count{method="POST",route="/v1/receipts"}"#],
+        4.0
+    );
     // The oldest due receipt ages with the clock.
     s.enqueue("e").await;
     s.clock.advance(2_500);
@@ -63,14 +106,34 @@ async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
 
 async fn requests_carry_a_request_id(fresh: Fresh) {
     let s = spawn(fresh).await;
-    let own = s.client.get(format!("{}/healthz", s.base)).header("x-request-id", "abc-123").send().await.unwrap();
+    let own = s
+        .client
+        .get(format!("{}/healthz", s.base))
+        .header("x-request-id", "abc-123")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(own.headers()["x-request-id"], "abc-123");
-    let made = s.client.get(format!("{}/healthz", s.base)).send().await.unwrap();
+    let made = s
+        .client
+        .get(format!("{}/healthz", s.base))
+        .send()
+        .await
+        .unwrap();
     let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
     assert_eq!(id.len(), 24);
-    let hostile = s.client.get(format!("{}/healthz", s.base)).header("x-request-id", "a b\tc").send().await.unwrap();
+    let hostile = s
+        .client
+        .get(format!("{}/healthz", s.base))
+        .header("x-request-id", "a b\tc")
+        .send()
+        .await
+        .unwrap();
     assert_ne!(hostile.headers()["x-request-id"], "a b\tc");
     s.stop().await;
 }
 
-crate::on_every_backend!(metrics_follow_a_scripted_scenario, requests_carry_a_request_id);
+crate::on_every_backend!(
+    metrics_follow_a_scripted_scenario,
+    requests_carry_a_request_id
+);

@@ -156,7 +156,12 @@ async fn record_one(
 ) -> StoreResult<Option<StoreResult<SettlementRoute>>> {
     let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
         Ok(plan) => plan,
-        Err(e) => return Ok(Some(Err(e))),
+        Err(refusal) => {
+            let found = row_if_storable(tx, &claim.receipt_id).await?;
+            let refused =
+                rules::refused_plan(found.as_ref(), claim, refusal, policy, observed_at_ms);
+            return Ok(Some(Err(refused)));
+        }
     };
     let cas = Cas::of(claim)?;
     if plan.lease_live && cas_storable(&cas) {

@@ -8,7 +8,8 @@ use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{Connection, SqliteConnection};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::SettlementRouteError;
@@ -40,10 +41,10 @@ fn stopped() -> SettlementRouteError {
 }
 
 impl Writer {
-    /// Start the writer task on `conn`.
-    pub fn start(conn: SqliteConnection) -> Self {
+    /// Start the writer task on `conn`; `options` reopen it after a failure.
+    pub fn start(conn: SqliteConnection, options: SqliteConnectOptions) -> Self {
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(run(conn, rx));
+        tokio::spawn(run(conn, options, rx));
         Self(tx)
     }
 
@@ -73,7 +74,8 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
+async fn run(conn: SqliteConnection, options: SqliteConnectOptions, mut jobs: mpsc::Receiver<Job>) {
+    let mut conn = Some(conn);
     let mut group = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = jobs.recv().await {
         group.push(first);
@@ -83,11 +85,34 @@ async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        commit_group(&mut conn, &mut group).await;
+        if conn.is_none() {
+            match options.connect().await {
+                Ok(fresh) => conn = Some(fresh),
+                Err(e) => {
+                    let e = SettlementRouteError::from(e);
+                    for job in group.drain(..) {
+                        let _ = job.reply.send(Err(e.clone()));
+                    }
+                    continue;
+                }
+            }
+        }
+        if let Some(open) = conn.as_mut()
+            && !commit_group(open, &mut group).await
+        {
+            // After an error SQLite may have rolled back on its own (a
+            // full disk, an I/O error) while the driver still counts an
+            // open transaction; a fresh connection starts clean.
+            tracing::warn!("reopening the SQLite writer connection after a failed commit");
+            if let Some(broken) = conn.take() {
+                let _ = broken.close().await;
+            }
+        }
     }
 }
 
-async fn commit_group(conn: &mut SqliteConnection, group: &mut Vec<Job>) {
+/// Run and commit one group; `false` when the connection should be reopened.
+async fn commit_group(conn: &mut SqliteConnection, group: &mut Vec<Job>) -> bool {
     let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
         Err(e) => {
@@ -95,7 +120,7 @@ async fn commit_group(conn: &mut SqliteConnection, group: &mut Vec<Job>) {
             for job in group.drain(..) {
                 let _ = job.reply.send(Err(e.clone()));
             }
-            return;
+            return false;
         }
     };
     let mut done = Vec::with_capacity(group.len());
@@ -113,6 +138,7 @@ async fn commit_group(conn: &mut SqliteConnection, group: &mut Vec<Job>) {
         done.push((job.reply, result));
     }
     let committed = tx.commit().await.map_err(SettlementRouteError::from);
+    let healthy = committed.is_ok();
     for (reply, result) in done {
         let answer = match &committed {
             Ok(()) => result,
@@ -120,4 +146,5 @@ async fn commit_group(conn: &mut SqliteConnection, group: &mut Vec<Job>) {
         };
         let _ = reply.send(answer);
     }
+    healthy
 }

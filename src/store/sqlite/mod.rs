@@ -70,10 +70,10 @@ impl SqliteStore {
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
         Ok(Self {
-            writer: Writer::start(conn),
+            writer: Writer::start(conn, options),
             reader,
             binding: SettlementStoreBinding::from_digest(digest),
             notify: Arc::new(Notify::new()),

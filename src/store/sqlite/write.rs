@@ -271,7 +271,19 @@ async fn record_one(
     policy: RetryPolicy,
     observed_at_ms: u64,
 ) -> StoreResult<SettlementRoute> {
-    let plan = rules::plan_outcome(claim, input, policy, observed_at_ms)?;
+    let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
+        Ok(plan) => plan,
+        Err(refusal) => {
+            let found = row(conn, &claim.receipt_id).await?;
+            return Err(rules::refused_plan(
+                found.as_ref(),
+                claim,
+                refusal,
+                policy,
+                observed_at_ms,
+            ));
+        }
+    };
     if plan.lease_live {
         let cas = Cas::of(claim)?;
         // A failed statement changes nothing, so a refused change needs no
