@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::rng::{Rng, now_ms};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -27,46 +29,6 @@ const MAX_RPC_FAILURES: u64 = 2;
 
 fn long() -> bool {
     std::env::var_os("SETTLED_LONG").is_some()
-}
-
-/// A small xorshift generator; the seed is printed so a run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Self {
-        let seed = std::env::var("SETTLED_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                let mut b = [0u8; 8];
-                getrandom::fill(&mut b).expect("rng");
-                u64::from_le_bytes(b) | 1
-            });
-        eprintln!("seed {seed} (set SETTLED_SEED to repeat)");
-        Self(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn fork(&mut self) -> Self {
-        Self(self.next() | 1)
-    }
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_millis(),
-    )
-    .expect("ms")
 }
 
 /// The running binary, its base URL, and its log lines (drained so the pipe never fills).

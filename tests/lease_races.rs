@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::rng::{Rng, now_ms};
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,46 +23,6 @@ use tokio::sync::watch;
 use common::Fresh;
 
 const WORKERS: usize = 16;
-
-/// A small xorshift generator; the seed is printed so a run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Self {
-        let seed = std::env::var("SETTLED_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                let mut b = [0u8; 8];
-                getrandom::fill(&mut b).expect("rng");
-                u64::from_le_bytes(b) | 1
-            });
-        eprintln!("seed {seed} (set SETTLED_SEED to repeat)");
-        Self(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn fork(&mut self) -> Self {
-        Self(self.next() | 1)
-    }
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_millis(),
-    )
-    .expect("ms")
-}
 
 #[derive(Default)]
 struct Tally {
