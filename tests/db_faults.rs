@@ -8,99 +8,28 @@
 //! as root, which ignores file permissions. The lock is what a second
 //! process, a backup tool or an operator's `sqlite3` shell can really do.)
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 
+mod common;
+
 /// The store's SQLite busy timeout: a write waits this long for the lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-struct Server {
-    child: Child,
-    base: String,
-    logs: Arc<Mutex<Vec<String>>>,
-}
+use common::process::{Server, start};
 
-fn start(dir: &Path, url: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
-        .current_dir(dir)
-        .env_remove("SETTLED_DATABASE_URL")
-        .env_remove("SETTLED_LISTEN")
-        .env_remove("SETTLED_TOKENS")
-        .env("RUST_LOG", "warn,settled::server=info")
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--database-url", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn settled");
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                && let Some(address) = entry["fields"]["address"].as_str()
-            {
-                let _ = tx.send(address.to_owned());
-            }
-            kept.lock().unwrap().push(line);
-        }
-    });
-    let stderr = child.stderr.take().expect("stderr");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    if let Ok(address) = rx.recv_timeout(Duration::from_secs(30)) {
-        Server {
-            child,
-            base: format!("http://{address}"),
-            logs,
-        }
-    } else {
-        let _ = child.kill();
-        let status = child.wait();
-        panic!(
-            "settled did not start ({status:?}): {:?}",
-            logs.lock().unwrap()
-        );
-    }
-}
-
-impl Server {
-    fn stop(mut self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(ok.success());
-        let status = self.child.wait().expect("wait");
-        assert!(status.success(), "exit 0 on SIGTERM, got {status}");
-    }
-
-    fn log_text(&self) -> String {
-        self.logs.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// SIGTERM and expect exit 0.
+fn stop(mut server: Server) {
+    server.sigterm();
+    let status = server.child.wait().expect("wait");
+    assert!(status.success(), "exit 0 on SIGTERM, got {status}");
 }
 
 struct Http {
@@ -267,7 +196,7 @@ async fn a_held_write_lock_gives_503_within_the_busy_timeout_and_the_service_rec
     let after = http.counts().await;
     assert_eq!(after["counts"]["settled"], 1);
     assert_eq!(after["counts"]["leased"], 1);
-    server.stop();
+    stop(server);
     println!(
         "db_faults lock: writes refused with 503 in at most {slowest:.1?}; recovered; {:.1} s",
         started.elapsed().as_secs_f64()
@@ -429,7 +358,7 @@ async fn full_disk(in_place: bool) {
     let (server, http) = if in_place {
         (server, http)
     } else {
-        server.stop();
+        stop(server);
         let server = start(&disk.dir, &url);
         let http = Http::new(&server.base);
         assert_eq!(http.counts().await, before, "nothing half-written survived");
@@ -452,12 +381,12 @@ async fn full_disk(in_place: bool) {
         "the writer connection was left inside a transaction"
     );
     assert_eq!(after["counts"]["pending"], expected, "{after}");
-    server.stop();
+    stop(server);
     // The data survived on the (small) disk: a restart finds it all.
     let server = start(&disk.dir, &url);
     let http = Http::new(&server.base);
     assert_eq!(http.counts().await["counts"]["pending"], expected);
-    server.stop();
+    stop(server);
     println!(
         "db_faults disk: filled {filled} bytes; writes refused with 503; recovered {}; {:.1} s",
         if in_place {

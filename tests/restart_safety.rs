@@ -5,84 +5,25 @@
 //! `SETTLED_LONG=1` runs more shutdown rounds.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-struct Server {
-    child: Child,
-    base: String,
-    address: String,
-    logs: Arc<Mutex<Vec<String>>>,
-}
+mod common;
+
+use common::process::Server;
 
 fn start(dir: &Path) -> Server {
-    let url = format!("sqlite:{}", dir.join("settled.db").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
-        .current_dir(dir)
-        .env_remove("SETTLED_DATABASE_URL")
-        .env_remove("SETTLED_LISTEN")
-        .env_remove("SETTLED_TOKENS")
-        .env("RUST_LOG", "warn,settled::server=info")
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--database-url", &url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn settled");
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                && let Some(address) = entry["fields"]["address"].as_str()
-            {
-                let _ = tx.send(address.to_owned());
-            }
-            kept.lock().unwrap().push(line);
-        }
-    });
-    let stderr = child.stderr.take().expect("stderr");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    if let Ok(address) = rx.recv_timeout(Duration::from_secs(30)) {
-        Server {
-            child,
-            base: format!("http://{address}"),
-            address,
-            logs,
-        }
-    } else {
-        let _ = child.kill();
-        let status = child.wait();
-        panic!(
-            "settled did not start ({status:?}): {:?}",
-            logs.lock().unwrap()
-        );
-    }
+    common::process::start(dir, &format!("sqlite:{}", dir.join("settled.db").display()))
 }
 
 impl Server {
-    fn sigterm(&self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(ok.success());
-    }
-
     /// Wait for the process to exit (at most `limit`).
     async fn exit(mut self, limit: Duration) -> (ExitStatus, Duration) {
         let started = Instant::now();
@@ -99,16 +40,6 @@ impl Server {
                 );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// A test that fails part-way must not leave the binary running.
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
         }
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod process;
 pub mod rng;
 
 use std::sync::Arc;
