@@ -7,10 +7,12 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked && rm -rf src
+RUN mkdir -p src/bin && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && echo 'fn main() {}' > src/bin/settled-bench.rs \
+    && cargo build --release --locked --bin settled && rm -rf src
 COPY src ./src
 COPY migrations ./migrations
+COPY assets ./assets
 COPY openapi.yaml ./
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin settled
 
