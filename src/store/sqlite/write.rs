@@ -39,42 +39,71 @@ async fn append_history(
     Ok(())
 }
 
-/// Store receipts; each is judged on its own.
+/// Store receipts; each is judged on its own. Two statements whatever the
+/// batch size: one `INSERT … SELECT FROM json_each … ON CONFLICT DO NOTHING`
+/// that returns the ids it created, and one read of the rows that already
+/// existed, whose identity is then compared in Rust.
 pub async fn enqueue(
     conn: &mut SqliteConnection,
     receipts: &[NewReceipt],
     now: i64,
 ) -> StoreResult<Vec<Enqueued>> {
-    let mut results = Vec::with_capacity(receipts.len());
+    let mut rows = Vec::with_capacity(receipts.len());
     for receipt in receipts {
         let finalized_at = to_i64(receipt.finalized_at, "finalized_at")?;
         let visible = receipt
             .visible_at_ms
             .map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?;
+        // The observation travels as its JSON text, stored exactly as before.
         let observation = receipt
             .observation
             .as_ref()
             .map(serde_json::Value::to_string);
-        let inserted = sqlx::query(
-            "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-             row_version, next_visible_at_ms, created_at_ms) VALUES (?1, ?2, ?3, 'active', 0, 0, ?4, ?5) \
-             ON CONFLICT (receipt_id) DO NOTHING",
-        )
-        .bind(receipt.receipt_id.as_str())
-        .bind(finalized_at)
-        .bind(&observation)
-        .bind(visible)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-        let result = if inserted == 1 {
+        rows.push((
+            receipt.receipt_id.as_str(),
+            finalized_at,
+            observation,
+            visible,
+        ));
+    }
+    let rows = serde_json::to_string(&rows)
+        .map_err(|e| SettlementRouteError::backend(format!("encoding receipts: {e}")))?;
+    // `WHERE true` lets SQLite tell the upsert clause from a join.
+    let created: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
+         row_version, next_visible_at_ms, created_at_ms) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, ?2 \
+         FROM json_each(?1) WHERE true ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
+    )
+    .bind(&rows)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut created: std::collections::HashSet<String> = created.into_iter().collect();
+    let existing: Vec<ReceiptRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id IN (SELECT value ->> 0 FROM json_each(?1))"
+    ))
+    .bind(&rows)
+    .fetch_all(&mut *conn)
+    .await?;
+    let existing: std::collections::HashMap<&str, &ReceiptRow> = existing
+        .iter()
+        .map(|r| (r.receipt_id.as_str(), r))
+        .collect();
+    let mut results = Vec::with_capacity(receipts.len());
+    for receipt in receipts {
+        let id = receipt.receipt_id.as_str();
+        // The first occurrence of a new id created it; a repeat in the same
+        // batch is compared with what the first one stored.
+        let result = if created.remove(id) {
             Enqueued::Created
         } else {
-            let existing = row(conn, receipt.receipt_id.as_str())
-                .await?
+            let stored = existing
+                .get(id)
                 .ok_or_else(|| SettlementRouteError::backend("receipt vanished during enqueue"))?;
-            rules::same_identity(&existing, receipt)?
+            rules::same_identity(stored, receipt)?
         };
         results.push(result);
     }
