@@ -93,6 +93,34 @@ pub async fn raw_exec(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {
     }
 }
 
+/// Every row of a one-column query, decoded as `T`, straight from the
+/// test's database (under the store).
+pub async fn raw_scalars<T>(fresh: &Fresh, sql: &str) -> Vec<T>
+where
+    T: Send + Unpin,
+    (T,): for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+        + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+{
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    if fresh.url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(&fresh.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_all(&mut conn)
+            .await
+            .expect("raw query")
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&fresh.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_all(&mut conn)
+            .await
+            .expect("raw query")
+    }
+}
+
 /// Turn off CHECK constraints on the test's database so that a test can
 /// plant a corrupt row the way a bad migration or a manual edit would.
 pub async fn raw_exec_unchecked(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {

@@ -11,7 +11,6 @@ use settled::domain::{
 use settled::store::{
     NewReceipt, ReceiptClaim, ReceiptState, ReceiptView, SettlementOutcomeStore, StoreResult,
 };
-use sqlx::Connection;
 
 use crate::common::Fresh;
 
@@ -169,28 +168,6 @@ pub fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, SettlementRouteErro
     assert_class(result, SettlementRouteErrorClass::InvalidRecord);
 }
 
-/// Every row of a one-column query as text, straight from the database.
-pub async fn raw_texts(fresh: &Fresh, sql: &str) -> Vec<Option<String>> {
-    let sql = sqlx::AssertSqlSafe(sql.to_owned());
-    if fresh.url.starts_with("sqlite:") {
-        let mut conn = sqlx::SqliteConnection::connect(&fresh.url)
-            .await
-            .expect("connect");
-        sqlx::query_scalar(sql)
-            .fetch_all(&mut conn)
-            .await
-            .expect("raw query")
-    } else {
-        let mut conn = sqlx::PgConnection::connect(&fresh.url)
-            .await
-            .expect("connect");
-        sqlx::query_scalar(sql)
-            .fetch_all(&mut conn)
-            .await
-            .expect("raw query")
-    }
-}
-
 /// Every text the store keeps about receipts and their history, in one string.
 pub async fn everything_stored(fresh: &Fresh) -> String {
     let mut all = String::new();
@@ -204,7 +181,11 @@ pub async fn everything_stored(fresh: &Fresh) -> String {
          || COALESCE(transcript_id, '') || '|' || COALESCE(CAST(reason AS TEXT), '') || '|' || worker_id \
          || '|' || COALESCE(CAST(route AS TEXT), '') FROM receipt_history",
     ] {
-        for row in raw_texts(fresh, sql).await.into_iter().flatten() {
+        for row in crate::common::raw_scalars::<Option<String>>(fresh, sql)
+            .await
+            .into_iter()
+            .flatten()
+        {
             all.push_str(&row);
             all.push('\n');
         }
@@ -215,24 +196,9 @@ pub async fn everything_stored(fresh: &Fresh) -> String {
 /// An i64 column of one receipt, straight from the database.
 pub async fn raw_i64(fresh: &Fresh, column: &str, id: &str) -> Option<i64> {
     let sql = format!("SELECT CAST({column} AS BIGINT) FROM receipts WHERE receipt_id = '{id}'");
-    let sql = sqlx::AssertSqlSafe(sql);
-    if fresh.url.starts_with("sqlite:") {
-        let mut conn = sqlx::SqliteConnection::connect(&fresh.url)
-            .await
-            .expect("connect");
-        sqlx::query_scalar(sql)
-            .fetch_one(&mut conn)
-            .await
-            .expect("raw query")
-    } else {
-        let mut conn = sqlx::PgConnection::connect(&fresh.url)
-            .await
-            .expect("connect");
-        sqlx::query_scalar(sql)
-            .fetch_one(&mut conn)
-            .await
-            .expect("raw query")
-    }
+    let mut rows = crate::common::raw_scalars::<Option<i64>>(fresh, &sql).await;
+    assert_eq!(rows.len(), 1, "one row for {id}");
+    rows.pop().flatten()
 }
 
 /// Claim one receipt by id and return whatever the store answered.
