@@ -97,7 +97,7 @@ async fn record_batch(
             error: None,
         });
     }
-    let pairs: Vec<_> = valid.iter().map(|(_, p)| p.clone()).collect();
+    let (indexes, pairs): (Vec<usize>, Vec<_>) = valid.into_iter().unzip();
     let routed = if pairs.is_empty() {
         Vec::new()
     } else {
@@ -105,10 +105,10 @@ async fn record_batch(
             .record_claimed_outcomes(&pairs, app.policy, app.now())
             .await?
     };
-    for ((index, _), result) in valid.iter().zip(routed) {
+    for (index, result) in indexes.into_iter().zip(routed) {
         match app.count(result) {
-            Ok(route) => results[*index].route = Some(route),
-            Err(e) => results[*index].error = Some(e.problem()),
+            Ok(route) => results[index].route = Some(route),
+            Err(e) => results[index].error = Some(e.problem()),
         }
     }
     Ok(Json(OutcomeBatchOut { results }))

@@ -113,14 +113,14 @@ async fn enqueue_batch(
             }),
         }
     }
-    let receipts: Vec<_> = valid.iter().map(|(_, r)| r.clone()).collect();
+    let (indexes, receipts): (Vec<usize>, Vec<_>) = valid.into_iter().unzip();
     let outcomes = if receipts.is_empty() {
         Vec::new()
     } else {
         app.store.enqueue(&receipts, app.now()).await?
     };
-    for ((index, _), outcome) in valid.iter().zip(outcomes) {
-        let result = &mut results[*index];
+    for (index, outcome) in indexes.into_iter().zip(outcomes) {
+        let result = &mut results[index];
         match outcome {
             Enqueued::Created => result.status = "created".into(),
             Enqueued::Existing => result.status = "existing".into(),
