@@ -24,3 +24,26 @@ impl From<sqlx::Error> for SettlementRouteError {
         }
     }
 }
+
+impl From<rusqlite::Error> for SettlementRouteError {
+    fn from(error: rusqlite::Error) -> Self {
+        match &error {
+            // A CHECK or NOT NULL constraint refused a row: the data would be corrupt.
+            rusqlite::Error::SqliteFailure(e, _)
+                if matches!(
+                    e.extended_code,
+                    rusqlite::ffi::SQLITE_CONSTRAINT_CHECK
+                        | rusqlite::ffi::SQLITE_CONSTRAINT_NOTNULL
+                ) =>
+            {
+                SettlementRouteError::invalid_record(format!("constraint refused the row: {error}"))
+            }
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => SettlementRouteError::invalid_record(
+                format!("stored value does not decode: {error}"),
+            ),
+            _ => SettlementRouteError::backend(error.to_string()),
+        }
+    }
+}

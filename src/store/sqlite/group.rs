@@ -1,150 +1,355 @@
-//! Group commit: one task owns the writer connection and runs every write
-//! job that is waiting, each in its own savepoint, inside one transaction
-//! with one durable commit. A job's answer is sent only after that commit,
-//! so nothing is acknowledged that a crash could lose; a job that fails is
-//! rolled back to its savepoint and does not disturb the others.
+//! Group commit on one thread. The writer owns the only writing connection
+//! (synchronous, so a statement is a function call rather than a hand-off
+//! between threads) and runs every write that is waiting in one transaction
+//! with one durable commit. A write's answer is sent only after that commit,
+//! so nothing is acknowledged that a crash could lose.
+//!
+//! Writes of the same kind (outcomes, enqueues, lease extensions, lease
+//! releases) that queued together are merged into one set-based batch, so a
+//! group costs a few statements per kind rather than a few per request. When
+//! a merged batch fails as a whole (a row refused by a constraint, say), it
+//! is rolled back and each request is run again on its own, so every request
+//! gets the answer it would have got alone. Nothing waits to be merged: the
+//! writer takes what is queued when it becomes free, so an idle server
+//! writes a request at once.
 
-use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{ConnectOptions, Connection, SqliteConnection};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::domain::SettlementRouteError;
-use crate::store::StoreResult;
+use super::write::{self, EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
+use crate::domain::{SettlementAttemptClaim, SettlementRoute, SettlementRouteError};
+use crate::store::{Enqueued, StoreResult};
 
-/// Most jobs merged into one commit.
-const MAX_GROUP: usize = 256;
+/// Most requests merged into one commit.
+const MAX_GROUP: usize = 512;
+/// Most items (outcomes, receipts…) in one commit; a larger group waits.
+const MAX_ITEMS: usize = 16_384;
 
-type Value = Box<dyn Any + Send>;
-type Run = Box<
-    dyn for<'c> FnOnce(
-            &'c mut SqliteConnection,
-        ) -> Pin<Box<dyn Future<Output = StoreResult<Value>> + Send + 'c>>
-        + Send,
->;
+/// A sender of the answer to one request, fired after the commit.
+type Finish = Box<dyn FnOnce(Option<&SettlementRouteError>) + Send>;
+/// A write that cannot be merged with others (claims, redrive, purge).
+type Solo = Box<dyn FnOnce(&Connection) -> Finish + Send>;
 
-/// One write and where its answer goes.
-pub struct Job {
-    run: Run,
-    reply: oneshot::Sender<StoreResult<Value>>,
+/// Items of one request and where their answers go.
+struct Batch<I, R> {
+    items: Vec<I>,
+    reply: oneshot::Sender<StoreResult<Vec<R>>>,
 }
 
-/// A handle that submits jobs to the writer task.
+enum Job {
+    Enqueue(Batch<EnqueueItem, Enqueued>),
+    Outcomes(Batch<OutcomeItem, StoreResult<SettlementRoute>>),
+    Extend(Batch<ExtendItem, StoreResult<SettlementAttemptClaim>>),
+    Release(Batch<ReleaseItem, StoreResult<()>>),
+    Solo(Solo),
+}
+
+impl Job {
+    fn size(&self) -> usize {
+        match self {
+            Self::Enqueue(b) => b.items.len(),
+            Self::Outcomes(b) => b.items.len(),
+            Self::Extend(b) => b.items.len(),
+            Self::Release(b) => b.items.len(),
+            Self::Solo(_) => 1,
+        }
+    }
+}
+
+/// A handle that submits writes to the writer thread.
 #[derive(Clone)]
-pub struct Writer(mpsc::Sender<Job>);
+pub struct Writer {
+    jobs: mpsc::Sender<Job>,
+    /// Requests answered from a merged batch, since start (tests read it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    merged: Arc<AtomicU64>,
+}
 
 fn stopped() -> SettlementRouteError {
     SettlementRouteError::backend("the SQLite writer has stopped")
 }
 
+/// Open the writer connection with the durability the store promises.
+pub fn open(path: &PathBuf) -> StoreResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // WAL + synchronous=FULL: a commit is on disk before it is answered.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
 impl Writer {
-    /// Start the writer task on `conn`; `options` reopen it after a failure.
-    pub fn start(conn: SqliteConnection, options: SqliteConnectOptions) -> Self {
+    /// Start the writer thread on the database at `path`.
+    pub fn start(path: PathBuf) -> StoreResult<Self> {
+        let conn = open(&path)?;
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(run(conn, options, rx));
-        Self(tx)
+        let merged = Arc::new(AtomicU64::new(0));
+        let counter = merged.clone();
+        std::thread::Builder::new()
+            .name("settled-sqlite-writer".into())
+            .spawn(move || run(Some(conn), &path, rx, &counter))
+            .map_err(|e| SettlementRouteError::backend(format!("starting the writer: {e}")))?;
+        Ok(Self { jobs: tx, merged })
     }
 
-    /// Run `op` in the next group commit and return its value once committed.
-    pub async fn write<T, F>(&self, op: F) -> StoreResult<T>
+    /// Requests answered from a merged batch since start.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn merged_requests(&self) -> u64 {
+        self.merged.load(Ordering::Relaxed)
+    }
+
+    async fn submit<T>(
+        &self,
+        job: Job,
+        answer: oneshot::Receiver<StoreResult<T>>,
+    ) -> StoreResult<T> {
+        self.jobs.send(job).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Enqueue receipts (merged with other enqueues waiting).
+    pub async fn enqueue(&self, items: Vec<EnqueueItem>) -> StoreResult<Vec<Enqueued>> {
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::Enqueue(Batch { items, reply }), answer)
+            .await
+    }
+
+    /// Record outcomes (merged with other outcomes waiting).
+    pub async fn outcomes(
+        &self,
+        items: Vec<OutcomeItem>,
+    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+        let (reply, answer) = oneshot::channel();
+        self.submit(Job::Outcomes(Batch { items, reply }), answer)
+            .await
+    }
+
+    /// Extend one lease (merged with other extensions waiting).
+    pub async fn extend(&self, item: ExtendItem) -> StoreResult<SettlementAttemptClaim> {
+        let (reply, answer) = oneshot::channel();
+        let batch = Batch {
+            items: vec![item],
+            reply,
+        };
+        one(self.submit(Job::Extend(batch), answer).await?)
+    }
+
+    /// Release one lease (merged with other releases waiting).
+    pub async fn release(&self, item: ReleaseItem) -> StoreResult<()> {
+        let (reply, answer) = oneshot::channel();
+        let batch = Batch {
+            items: vec![item],
+            reply,
+        };
+        one(self.submit(Job::Release(batch), answer).await?)
+    }
+
+    /// Run `op` alone (in its own savepoint) in the next group commit.
+    pub async fn solo<T, F>(&self, op: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(
-                &'c mut SqliteConnection,
-            ) -> Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'c>>
-            + Send
-            + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let run: Run = Box::new(move |conn| {
-            Box::pin(async move { op(conn).await.map(|v| Box::new(v) as Value) })
+        let job: Solo = Box::new(move |conn| {
+            let result = in_savepoint(conn, "solo", op);
+            Box::new(move |failed: Option<&SettlementRouteError>| {
+                let _ = reply.send(match failed {
+                    None => result,
+                    Some(e) => Err(e.clone()),
+                });
+            })
         });
-        self.0
-            .send(Job { run, reply })
-            .await
-            .map_err(|_| stopped())?;
-        let value = answer.await.map_err(|_| stopped())??;
-        value
-            .downcast::<T>()
-            .map(|v| *v)
-            .map_err(|_| SettlementRouteError::backend("writer answered with the wrong type"))
+        self.submit(Job::Solo(job), answer).await
     }
 }
 
-async fn run(conn: SqliteConnection, options: SqliteConnectOptions, mut jobs: mpsc::Receiver<Job>) {
-    let mut conn = Some(conn);
-    let mut group = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = jobs.recv().await {
-        group.push(first);
-        while group.len() < MAX_GROUP {
+fn one<T>(mut results: Vec<StoreResult<T>>) -> StoreResult<T> {
+    results
+        .pop()
+        .unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+}
+
+/// Run `op` in a savepoint: kept when it succeeds, undone when it fails or
+/// panics (a bug in one write must not take the writer down with it).
+fn in_savepoint<T>(
+    conn: &Connection,
+    name: &str,
+    op: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    conn.execute_batch(&format!("SAVEPOINT {name}"))?;
+    let result = catch_unwind(AssertUnwindSafe(|| op(conn)))
+        .unwrap_or_else(|_| Err(SettlementRouteError::backend("a write panicked")));
+    let end = if result.is_ok() {
+        format!("RELEASE {name}")
+    } else {
+        format!("ROLLBACK TO {name}; RELEASE {name}")
+    };
+    conn.execute_batch(&end)?;
+    result
+}
+
+/// Run the requests of one kind as one merged batch; on failure, each alone.
+fn run_kind<I, R: Send + 'static>(
+    conn: &Connection,
+    batches: Vec<Batch<I, R>>,
+    apply: fn(&Connection, &[I]) -> StoreResult<Vec<R>>,
+    finish: &mut Vec<Finish>,
+    merged_count: &AtomicU64,
+) {
+    if batches.is_empty() {
+        return;
+    }
+    let mut items = Vec::new();
+    let mut ends = Vec::with_capacity(batches.len());
+    let mut replies = Vec::with_capacity(batches.len());
+    for b in batches {
+        items.extend(b.items);
+        ends.push(items.len());
+        replies.push(b.reply);
+    }
+    let merged = if replies.len() > 1 {
+        in_savepoint(conn, "merged", |c| {
+            let results = apply(c, &items)?;
+            if results.len() == items.len() {
+                Ok(results)
+            } else {
+                Err(SettlementRouteError::backend("a merged batch lost answers"))
+            }
+        })
+        .ok()
+    } else {
+        None
+    };
+    if merged.is_some() {
+        merged_count.fetch_add(replies.len() as u64, Ordering::Relaxed);
+    }
+    let mut start = 0;
+    let mut merged = merged.map(Vec::into_iter);
+    for (end, reply) in ends.into_iter().zip(replies) {
+        let result = match merged.as_mut() {
+            Some(all) => Ok(all.by_ref().take(end - start).collect()),
+            None => in_savepoint(conn, "request", |c| apply(c, &items[start..end])),
+        };
+        start = end;
+        finish.push(Box::new(move |failed: Option<&SettlementRouteError>| {
+            let _ = reply.send(match failed {
+                None => result,
+                Some(e) => Err(e.clone()),
+            });
+        }));
+    }
+}
+
+fn run(
+    mut conn: Option<Connection>,
+    path: &PathBuf,
+    mut jobs: mpsc::Receiver<Job>,
+    merged: &AtomicU64,
+) {
+    while let Some(first) = jobs.blocking_recv() {
+        let mut size = first.size();
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP && size < MAX_ITEMS {
             match jobs.try_recv() {
-                Ok(job) => group.push(job),
+                Ok(job) => {
+                    size += job.size();
+                    group.push(job);
+                }
                 Err(_) => break,
             }
         }
-        if conn.is_none() {
-            match options.connect().await {
-                Ok(fresh) => conn = Some(fresh),
-                Err(e) => {
-                    let e = SettlementRouteError::from(e);
-                    for job in group.drain(..) {
-                        let _ = job.reply.send(Err(e.clone()));
-                    }
-                    continue;
+        let open = match conn.take() {
+            Some(c) => Ok(c),
+            None => open(path),
+        };
+        match open {
+            Ok(c) => {
+                // After a failed commit SQLite may have rolled back on its
+                // own (a full disk, an I/O error); a fresh connection starts
+                // clean.
+                if commit_group(&c, group, merged) {
+                    conn = Some(c);
+                } else {
+                    tracing::warn!("reopening the SQLite writer connection after a failed commit");
                 }
             }
-        }
-        if let Some(open) = conn.as_mut()
-            && !commit_group(open, &mut group).await
-        {
-            // After an error SQLite may have rolled back on its own (a
-            // full disk, an I/O error) while the driver still counts an
-            // open transaction; a fresh connection starts clean.
-            tracing::warn!("reopening the SQLite writer connection after a failed commit");
-            if let Some(broken) = conn.take() {
-                let _ = broken.close().await;
+            Err(e) => {
+                let finish = fail_all(group);
+                for f in finish {
+                    f(Some(&e));
+                }
             }
         }
     }
 }
 
-/// Run and commit one group; `false` when the connection should be reopened.
-async fn commit_group(conn: &mut SqliteConnection, group: &mut Vec<Job>) -> bool {
-    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
-        Ok(tx) => tx,
-        Err(e) => {
-            let e = SettlementRouteError::from(e);
-            for job in group.drain(..) {
-                let _ = job.reply.send(Err(e.clone()));
+/// Answer every job of a group with an error (nothing was written).
+fn fail_all(group: Vec<Job>) -> Vec<Finish> {
+    group
+        .into_iter()
+        .map(|job| -> Finish {
+            match job {
+                Job::Enqueue(b) => Box::new(move |e| drop(b.reply.send(Err(err(e))))),
+                Job::Outcomes(b) => Box::new(move |e| drop(b.reply.send(Err(err(e))))),
+                Job::Extend(b) => Box::new(move |e| drop(b.reply.send(Err(err(e))))),
+                Job::Release(b) => Box::new(move |e| drop(b.reply.send(Err(err(e))))),
+                // Dropping a solo job drops its reply: the caller sees "stopped".
+                Job::Solo(_) => Box::new(|_| {}),
             }
-            return false;
+        })
+        .collect()
+}
+
+fn err(e: Option<&SettlementRouteError>) -> SettlementRouteError {
+    e.cloned().unwrap_or_else(stopped)
+}
+
+/// Run and commit one group; `false` when the connection should be reopened.
+fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let e = SettlementRouteError::from(e);
+        for f in fail_all(group) {
+            f(Some(&e));
         }
-    };
-    let mut done = Vec::with_capacity(group.len());
-    for job in group.drain(..) {
-        let result = match tx.begin().await {
-            Ok(mut savepoint) => match (job.run)(&mut savepoint).await {
-                Ok(value) => savepoint.commit().await.map(|()| value).map_err(Into::into),
-                Err(e) => {
-                    let _ = savepoint.rollback().await;
-                    Err(e)
-                }
-            },
-            Err(e) => Err(e.into()),
-        };
-        done.push((job.reply, result));
+        return false;
     }
-    let committed = tx.commit().await.map_err(SettlementRouteError::from);
-    let healthy = committed.is_ok();
-    for (reply, result) in done {
-        let answer = match &committed {
-            Ok(()) => result,
-            Err(e) => Err(e.clone()),
-        };
-        let _ = reply.send(answer);
+    let mut finish: Vec<Finish> = Vec::with_capacity(group.len());
+    let (mut enqueue, mut outcomes, mut extend, mut release) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Requests in one group were all in flight together, so any order is one
+    // they could have run in alone: solo writes first, then each kind merged.
+    for job in group {
+        match job {
+            Job::Enqueue(b) => enqueue.push(b),
+            Job::Outcomes(b) => outcomes.push(b),
+            Job::Extend(b) => extend.push(b),
+            Job::Release(b) => release.push(b),
+            Job::Solo(run) => finish.push(run(conn)),
+        }
     }
-    healthy
+    run_kind(conn, enqueue, write::enqueue, &mut finish, merged);
+    run_kind(conn, outcomes, write::record, &mut finish, merged);
+    run_kind(conn, extend, write::extend, &mut finish, merged);
+    run_kind(conn, release, write::release, &mut finish, merged);
+    let committed = conn
+        .execute_batch("COMMIT")
+        .map_err(SettlementRouteError::from);
+    if committed.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    let failed = committed.as_ref().err();
+    for f in finish {
+        f(failed);
+    }
+    committed.is_ok()
 }

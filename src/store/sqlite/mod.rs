@@ -1,8 +1,9 @@
-//! SQLite backend: one writer connection owned by a group-commit task (see
-//! [`group`]), a small pool of readers, WAL with `synchronous=FULL` so every
-//! acknowledged commit is durable.
+//! SQLite backend: one synchronous writer connection owned by a group-commit
+//! thread (see [`group`]), a small pool of sqlx readers, WAL with
+//! `synchronous=FULL` so every acknowledged commit is durable.
 
 mod group;
+mod lookup;
 mod read;
 mod write;
 
@@ -15,13 +16,14 @@ use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, SqliteConnection};
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Notify;
 
 use super::rows::to_i64;
 use super::rules;
 use super::*;
 use group::Writer;
+use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
 
 /// The SQLite store.
 pub struct SqliteStore {
@@ -30,15 +32,6 @@ pub struct SqliteStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     expiries: AtomicU64,
-}
-
-/// `Box::pin` an operation on the writer connection.
-macro_rules! op {
-    (|$conn:ident| $body:expr) => {
-        move |$conn: &mut SqliteConnection| -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> {
-            Box::pin(async move { $body })
-        }
-    };
 }
 
 impl SqliteStore {
@@ -67,13 +60,16 @@ impl SqliteStore {
         let digest: [u8; 32] = bytes
             .try_into()
             .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
+        // Migrations ran on sqlx; from here on the synchronous writer owns writes.
+        conn.close().await?;
+        let path = options.get_filename().to_path_buf();
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.clone())
             .await?;
         Ok(Self {
-            writer: Writer::start(conn, options),
+            writer: Writer::start(path)?,
             reader,
             binding: SettlementStoreBinding::from_digest(digest),
             notify: Arc::new(Notify::new()),
@@ -105,11 +101,14 @@ impl SettlementOutcomeStore for SqliteStore {
 
     async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
         let now = to_i64(now_ms, "now_ms")?;
-        let receipts = receipts.to_vec();
-        let results = self
-            .writer
-            .write(op!(|conn| write::enqueue(conn, &receipts, now).await))
-            .await?;
+        let items = receipts
+            .iter()
+            .map(|receipt| EnqueueItem {
+                receipt: receipt.clone(),
+                now,
+            })
+            .collect();
+        let results = self.writer.enqueue(items).await?;
         if results.contains(&Enqueued::Created) {
             self.notify.notify_waiters();
         }
@@ -128,10 +127,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let (id, worker) = (receipt_id.clone(), worker_id.clone());
         let (found, expired) = self
             .writer
-            .write(op!(|conn| write::claim_receipt(
-                conn, &id, &worker, now, until
-            )
-            .await))
+            .solo(move |conn| write::claim_receipt(conn, &id, &worker, now, until))
             .await?;
         self.expiries
             .fetch_add(u64::from(expired), Ordering::Relaxed);
@@ -150,10 +146,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let worker = worker_id.clone();
         let (claims, expired) = self
             .writer
-            .write(op!(|conn| write::claim_due(
-                conn, &worker, now, until, limit
-            )
-            .await))
+            .solo(move |conn| write::claim_due(conn, &worker, now, until, limit))
             .await?;
         self.expiries.fetch_add(expired, Ordering::Relaxed);
         Ok(claims)
@@ -165,17 +158,16 @@ impl SettlementOutcomeStore for SqliteStore {
         policy: RetryPolicy,
         observed_at_ms: u64,
     ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-        let outcomes = outcomes.to_vec();
-        let results = self
-            .writer
-            .write(op!(|conn| write::record(
-                conn,
-                &outcomes,
+        let items = outcomes
+            .iter()
+            .map(|(claim, input)| OutcomeItem {
+                claim: claim.clone(),
+                input: input.clone(),
                 policy,
-                observed_at_ms
-            )
-            .await))
-            .await?;
+                observed_at_ms,
+            })
+            .collect();
+        let results = self.writer.outcomes(items).await?;
         if results
             .iter()
             .any(|r| matches!(r, Ok(SettlementRoute::RetryScheduled { .. })))
@@ -192,16 +184,21 @@ impl SettlementOutcomeStore for SqliteStore {
         now_ms: u64,
     ) -> StoreResult<SettlementAttemptClaim> {
         let until = rules::lease_deadline(now_ms, extend_ms.get())?;
-        let claim = claim.clone();
         self.writer
-            .write(op!(|conn| write::extend(conn, &claim, now_ms, until).await))
+            .extend(ExtendItem {
+                claim: claim.clone(),
+                now_ms,
+                until,
+            })
             .await
     }
 
     async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
-        let claim = claim.clone();
         self.writer
-            .write(op!(|conn| write::release(conn, &claim, now_ms).await))
+            .release(ReleaseItem {
+                claim: claim.clone(),
+                now_ms,
+            })
             .await?;
         self.notify.notify_waiters();
         Ok(())
@@ -239,7 +236,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let id = receipt_id.clone();
         let view = self
             .writer
-            .write(op!(|conn| write::redrive(conn, &id, now).await))
+            .solo(move |conn| write::redrive(conn, &id, now))
             .await?;
         if view.is_some() {
             self.notify.notify_waiters();
@@ -254,7 +251,7 @@ impl SettlementOutcomeStore for SqliteStore {
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
         let before = to_i64(finished_before_ms, "finished_before_ms")?;
         self.writer
-            .write(op!(|conn| write::purge(conn, before, limit).await))
+            .solo(move |conn| write::purge(conn, before, limit))
             .await
     }
 
@@ -262,3 +259,6 @@ impl SettlementOutcomeStore for SqliteStore {
         self.expiries.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod merge_tests;

@@ -1,60 +1,83 @@
-//! Write operations, each run by the group-commit writer inside its own
-//! savepoint. Every outcome, extension and release repeats the whole claim
-//! compare-and-swap in its `WHERE`.
+//! Write operations on the writer's synchronous connection, each run by the
+//! group-commit writer (see `group`) inside the group's transaction.
+//!
+//! A batch costs a constant number of statements whatever its size: the
+//! batch travels as one JSON array read by `json_each`, one guarded `UPDATE`
+//! repeats the whole claim compare-and-swap per row, one `INSERT … SELECT`
+//! writes the history, and only the rows that missed are read back to
+//! explain each refusal.
 
-use sqlx::SqliteConnection;
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::Connection;
 
 use super::super::rows::{ReceiptRow, to_i64};
-use super::super::rules::{self, Cas, Change, NewHistory};
+use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::super::*;
-use super::read::{history, row};
+use super::lookup::{append_history, history, json, receipt_row, row, rows_by_id};
 use crate::receipt_columns;
 
-const CAS_WHERE: &str = "receipt_id = ?1 AND status = 'active' AND finalized_at = ?2 \
-     AND attempts = ?3 AND row_version = ?4 AND lease_owner = ?5 AND lease_token = ?6 \
-     AND lease_until_ms = ?7 AND lease_until_ms > ?8";
+/// One outcome of a (possibly merged) batch, with the call's policy and clock.
+#[derive(Debug, Clone)]
+pub struct OutcomeItem {
+    pub claim: SettlementAttemptClaim,
+    pub input: SettlementRoutingInput,
+    pub policy: RetryPolicy,
+    pub observed_at_ms: u64,
+}
 
-async fn append_history(
-    conn: &mut SqliteConnection,
-    receipt_id: &str,
-    h: &NewHistory,
-) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )
-    .bind(receipt_id)
-    .bind(h.attempt)
-    .bind(h.outcome)
-    .bind(h.code)
-    .bind(&h.detail_sha256)
-    .bind(&h.transcript_id)
-    .bind(h.reason)
-    .bind(&h.worker_id)
-    .bind(h.observed_at_ms)
-    .bind(h.route)
-    .execute(conn)
-    .await?;
-    Ok(())
+/// One lease extension: the claim, the server clock and the new deadline.
+#[derive(Debug, Clone)]
+pub struct ExtendItem {
+    pub claim: SettlementAttemptClaim,
+    pub now_ms: u64,
+    pub until: i64,
+}
+
+/// One lease release: the claim and the server clock.
+#[derive(Debug, Clone)]
+pub struct ReleaseItem {
+    pub claim: SettlementAttemptClaim,
+    pub now_ms: u64,
+}
+
+/// One receipt to enqueue, with the clock of its call.
+#[derive(Debug, Clone)]
+pub struct EnqueueItem {
+    pub receipt: NewReceipt,
+    pub now: i64,
+}
+
+/// Split positions into rounds in which every receipt id appears once: an
+/// `UPDATE … FROM` with a repeated key would apply an arbitrary one of the
+/// repeats, while the serial answer is "first come, first served". Round `r`
+/// holds each id's `r`-th occurrence, so rounds run in arrival order per id.
+fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (i, id) in ids.enumerate() {
+        let n = seen.entry(id).or_insert(0);
+        if rounds.len() <= *n {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(i);
+        *n += 1;
+    }
+    rounds
 }
 
 /// Store receipts; each is judged on its own. Two statements whatever the
 /// batch size: one `INSERT … SELECT FROM json_each … ON CONFLICT DO NOTHING`
 /// that returns the ids it created, and one read of the rows that already
 /// existed, whose identity is then compared in Rust.
-pub async fn enqueue(
-    conn: &mut SqliteConnection,
-    receipts: &[NewReceipt],
-    now: i64,
-) -> StoreResult<Vec<Enqueued>> {
-    let mut rows = Vec::with_capacity(receipts.len());
-    for receipt in receipts {
+pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqueued>> {
+    let mut rows = Vec::with_capacity(items.len());
+    for EnqueueItem { receipt, now } in items {
         let finalized_at = to_i64(receipt.finalized_at, "finalized_at")?;
         let visible = receipt
             .visible_at_ms
-            .map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?;
-        // The observation travels as its JSON text, stored exactly as before.
+            .map_or(Ok(*now), |v| to_i64(v, "visible_at_ms"))?;
+        // The observation travels as its JSON text and is stored as that text.
         let observation = receipt
             .observation
             .as_ref()
@@ -64,55 +87,53 @@ pub async fn enqueue(
             finalized_at,
             observation,
             visible,
+            now,
         ));
     }
-    let rows = serde_json::to_string(&rows)
-        .map_err(|e| SettlementRouteError::backend(format!("encoding receipts: {e}")))?;
-    // `WHERE true` lets SQLite tell the upsert clause from a join.
-    let created: Vec<String> = sqlx::query_scalar(
-        "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-         row_version, next_visible_at_ms, created_at_ms) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, ?2 \
-         FROM json_each(?1) WHERE true ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
-    )
-    .bind(&rows)
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut created: std::collections::HashSet<String> = created.into_iter().collect();
-    let existing: Vec<ReceiptRow> = sqlx::query_as(concat!(
-        "SELECT ",
-        receipt_columns!(),
-        " FROM receipts WHERE receipt_id IN (SELECT value ->> 0 FROM json_each(?1))"
-    ))
-    .bind(&rows)
-    .fetch_all(&mut *conn)
-    .await?;
-    let existing: std::collections::HashMap<&str, &ReceiptRow> = existing
-        .iter()
-        .map(|r| (r.receipt_id.as_str(), r))
-        .collect();
-    let mut results = Vec::with_capacity(receipts.len());
-    for receipt in receipts {
-        let id = receipt.receipt_id.as_str();
+    let rows = json(&rows)?;
+    // `WHERE true` lets SQLite tell the upsert clause from a join; `ORDER BY
+    // key` makes the first occurrence of a repeated id the one that creates it.
+    let mut created: HashSet<String> = {
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
+             row_version, next_visible_at_ms, created_at_ms) \
+             SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
+             value ->> 4 FROM json_each(?1) WHERE true ORDER BY key \
+             ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
+        )?;
+        stmt.query_map([&rows], |r| r.get(0))?
+            .collect::<Result<_, _>>()?
+    };
+    let existing = rows_by_id(
+        conn,
+        items.iter().filter_map(|i| {
+            let id = i.receipt.receipt_id.as_str();
+            (!created.contains(id)).then_some(id)
+        }),
+    )?;
+    let mut results = Vec::with_capacity(items.len());
+    for item in items {
+        let id = item.receipt.receipt_id.as_str();
         // The first occurrence of a new id created it; a repeat in the same
         // batch is compared with what the first one stored.
         let result = if created.remove(id) {
             Enqueued::Created
+        } else if let Some(stored) = existing.get(id) {
+            rules::same_identity(stored, &item.receipt)?
         } else {
-            let stored = existing
-                .get(id)
+            // Created by an earlier occurrence in this batch.
+            let stored = row(conn, id)?
                 .ok_or_else(|| SettlementRouteError::backend("receipt vanished during enqueue"))?;
-            rules::same_identity(stored, receipt)?
+            rules::same_identity(&stored, &item.receipt)?
         };
         results.push(result);
     }
     Ok(results)
 }
 
-/// Lease one due row that was just read on `conn`.
-async fn lease(
-    conn: &mut SqliteConnection,
+/// Lease one due row that was just read.
+fn lease(
+    conn: &Connection,
     row: &ReceiptRow,
     worker_id: &WorkerId,
     now: i64,
@@ -120,36 +141,41 @@ async fn lease(
 ) -> StoreResult<SettlementAttemptClaim> {
     let version = rules::next_row_version(row.row_version)?;
     let token = rules::new_lease_token()?;
-    let updated: Option<ReceiptRow> = sqlx::query_as(concat!(
+    let mut stmt = conn.prepare_cached(concat!(
         "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
          lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 AND status = 'active' \
          AND next_visible_at_ms <= ?7 AND (lease_until_ms IS NULL OR lease_until_ms <= ?7) \
          RETURNING ",
         receipt_columns!()
-    ))
-    .bind(&row.receipt_id)
-    .bind(row.row_version)
-    .bind(version)
-    .bind(worker_id.as_str())
-    .bind(&token)
-    .bind(until)
-    .bind(now)
-    .fetch_optional(conn)
-    .await?;
+    ))?;
+    let mut updated = stmt.query_map(
+        rusqlite::params![
+            row.receipt_id,
+            row.row_version,
+            version,
+            worker_id.as_str(),
+            token,
+            until,
+            now
+        ],
+        receipt_row,
+    )?;
     updated
+        .next()
+        .transpose()?
         .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?
         .claim()
 }
 
 /// Claim one receipt by id; also says whether it took over an expired lease.
-pub async fn claim_receipt(
-    conn: &mut SqliteConnection,
+pub fn claim_receipt(
+    conn: &Connection,
     receipt_id: &ReceiptId,
     worker_id: &WorkerId,
     now: i64,
     until: i64,
 ) -> StoreResult<(ReceiptClaim, bool)> {
-    let Some(row) = row(conn, receipt_id.as_str()).await? else {
+    let Some(row) = row(conn, receipt_id.as_str())? else {
         return Ok((ReceiptClaim::NoActiveWork, false));
     };
     Ok(match row.status.as_str() {
@@ -158,7 +184,7 @@ pub async fn claim_receipt(
             (ReceiptClaim::NotYetVisible, false)
         }
         "active" => {
-            let claim = lease(conn, &row, worker_id, now, until).await?;
+            let claim = lease(conn, &row, worker_id, now, until)?;
             (ReceiptClaim::Claimed(claim), row.lease_until_ms.is_some())
         }
         _ => (ReceiptClaim::NoActiveWork, false),
@@ -169,24 +195,27 @@ pub async fn claim_receipt(
 /// over. Two statements whatever the batch size: pick the rows on the claim
 /// index, then lease them all with one `UPDATE … FROM json_each`, each with
 /// its own token from the OS CSPRNG.
-pub async fn claim_due(
-    conn: &mut SqliteConnection,
+pub fn claim_due(
+    conn: &Connection,
     worker_id: &WorkerId,
     now: i64,
     until: i64,
     limit: ClaimLimit,
 ) -> StoreResult<(Vec<SettlementAttemptClaim>, u64)> {
     // INDEXED BY: the planner would otherwise sort every active row.
-    let picked: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
-        "SELECT receipt_id, row_version, lease_until_ms FROM receipts INDEXED BY receipts_due \
-         WHERE status = 'active' AND next_visible_at_ms <= ?1 \
-         AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
-         ORDER BY next_visible_at_ms, receipt_id LIMIT ?2",
-    )
-    .bind(now)
-    .bind(i64::try_from(limit.get()).unwrap_or(i64::MAX))
-    .fetch_all(&mut *conn)
-    .await?;
+    let picked: Vec<(String, i64, Option<i64>)> = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT receipt_id, row_version, lease_until_ms FROM receipts INDEXED BY receipts_due \
+             WHERE status = 'active' AND next_visible_at_ms <= ?1 \
+             AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
+             ORDER BY next_visible_at_ms, receipt_id LIMIT ?2",
+        )?;
+        stmt.query_map(
+            rusqlite::params![now, i64::try_from(limit.get()).unwrap_or(i64::MAX)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?
+        .collect::<Result<_, _>>()?
+    };
     if picked.is_empty() {
         return Ok((Vec::new(), 0));
     }
@@ -199,24 +228,23 @@ pub async fn claim_due(
             rules::new_lease_token()?,
         ));
     }
-    let leases = serde_json::to_string(&leases)
-        .map_err(|e| SettlementRouteError::backend(format!("encoding leases: {e}")))?;
     // `+status` keeps the planner on the primary key (one lookup per leased
     // row) instead of scanning every active row for each.
-    let mut rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
-        "UPDATE receipts SET row_version = c.version, lease_owner = ?1, lease_token = c.token, \
-         lease_until_ms = ?2 FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, \
-         value ->> 2 AS token FROM json_each(?3)) AS c \
-         WHERE receipts.receipt_id = c.id AND receipts.row_version + 1 = c.version \
-         AND +status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
-        receipt_columns!()
-    ))
-    .bind(worker_id.as_str())
-    .bind(until)
-    .bind(leases)
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await?;
+    let mut rows: Vec<ReceiptRow> = {
+        let mut stmt = conn.prepare_cached(concat!(
+            "UPDATE receipts SET row_version = c.version, lease_owner = ?1, lease_token = c.token, \
+             lease_until_ms = ?2 FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, \
+             value ->> 2 AS token FROM json_each(?3)) AS c \
+             WHERE receipts.receipt_id = c.id AND receipts.row_version + 1 = c.version \
+             AND +status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
+            receipt_columns!()
+        ))?;
+        stmt.query_map(
+            rusqlite::params![worker_id.as_str(), until, json(&leases)?, now],
+            receipt_row,
+        )?
+        .collect::<Result<_, _>>()?
+    };
     if rows.len() != picked.len() {
         return Err(SettlementRouteError::conflict(
             "rows changed while being claimed",
@@ -237,236 +265,414 @@ pub async fn claim_due(
     Ok((claims, expired))
 }
 
-async fn apply(
-    conn: &mut SqliteConnection,
-    cas: &Cas<'_>,
-    observed: i64,
-    change: &Change,
-) -> StoreResult<u64> {
-    let set = match change {
-        Change::Settle { .. } => {
-            "UPDATE receipts SET status = 'settled', transcript_id = ?9, next_visible_at_ms = NULL, \
-             lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?8 WHERE "
-        }
-        Change::Skip { .. } => {
-            "UPDATE receipts SET status = 'skipped', skip_reason = ?9, next_visible_at_ms = NULL, \
-             lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?8 WHERE "
-        }
-        Change::Retry { .. } => {
-            "UPDATE receipts SET attempts = ?9, next_visible_at_ms = ?10, failure_code = ?11, \
-             failure_sha256 = ?12, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL WHERE "
-        }
-        Change::DeadLetter { .. } => {
-            "UPDATE receipts SET status = 'dead_lettered', attempts = ?9, failure_code = ?10, \
-             failure_sha256 = ?11, next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, \
-             lease_until_ms = NULL, finished_at_ms = ?8 WHERE "
-        }
+/// The claim's six fields and the check time, as `json_each` columns 0..=7.
+fn cas_columns(claim: &SettlementAttemptClaim, at_ms: u64) -> StoreResult<serde_json::Value> {
+    let cas = Cas::of(claim)?;
+    Ok(serde_json::json!([
+        cas.receipt_id,
+        cas.finalized_at,
+        cas.attempts,
+        cas.row_version,
+        cas.lease_owner,
+        cas.lease_token,
+        cas.lease_until_ms,
+        to_i64(at_ms, "now_ms")?
+    ]))
+}
+
+/// The compare-and-swap of every row against batch row `b` (columns of
+/// [`cas_columns`]); the lease must still be live at `b.at`.
+macro_rules! cas_from_batch {
+    ($extra:literal) => {
+        concat!(
+            " FROM (SELECT value ->> 0 AS id, value ->> 1 AS fin, value ->> 2 AS att, \
+             value ->> 3 AS rv, value ->> 4 AS owner, value ->> 5 AS token, \
+             value ->> 6 AS until, value ->> 7 AS at",
+            $extra,
+            " FROM json_each(?1)) AS b WHERE receipts.receipt_id = b.id \
+             AND +receipts.status = 'active' AND receipts.finalized_at = b.fin \
+             AND receipts.attempts = b.att AND receipts.row_version = b.rv \
+             AND receipts.lease_owner = b.owner AND receipts.lease_token = b.token \
+             AND receipts.lease_until_ms = b.until AND receipts.lease_until_ms > b.at"
+        )
     };
-    let query = sqlx::query(sqlx::AssertSqlSafe(format!("{set}{CAS_WHERE}")))
-        .bind(cas.receipt_id)
-        .bind(cas.finalized_at)
-        .bind(cas.attempts)
-        .bind(cas.row_version)
-        .bind(cas.lease_owner)
-        .bind(cas.lease_token)
-        .bind(cas.lease_until_ms)
-        .bind(observed);
-    let query = match change {
-        Change::Settle { transcript_id } => query.bind(transcript_id.clone()),
-        Change::Skip { reason } => query.bind(*reason),
+}
+
+/// The new column values of an outcome, as `json_each` columns 8..=15:
+/// status, transcript, skip reason, attempts (null: unchanged), next visible,
+/// failure code and digest (null: unchanged), finished at.
+fn change_columns(plan: &Plan) -> [serde_json::Value; 8] {
+    use serde_json::Value as V;
+    let at = V::from(plan.observed_at_ms);
+    match &plan.change {
+        Change::Settle { transcript_id } => [
+            "settled".into(),
+            transcript_id.as_str().into(),
+            V::Null,
+            V::Null,
+            V::Null,
+            V::Null,
+            V::Null,
+            at,
+        ],
+        Change::Skip { reason } => [
+            "skipped".into(),
+            V::Null,
+            (*reason).into(),
+            V::Null,
+            V::Null,
+            V::Null,
+            V::Null,
+            at,
+        ],
         Change::Retry {
             attempts,
             next_visible_at_ms,
             code,
             sha256,
-        } => query
-            .bind(*attempts)
-            .bind(*next_visible_at_ms)
-            .bind(*code)
-            .bind(sha256.clone()),
+        } => [
+            "active".into(),
+            V::Null,
+            V::Null,
+            (*attempts).into(),
+            (*next_visible_at_ms).into(),
+            (*code).into(),
+            sha256.as_str().into(),
+            V::Null,
+        ],
         Change::DeadLetter {
             attempts,
             code,
             sha256,
-        } => query.bind(*attempts).bind(*code).bind(sha256.clone()),
-    };
-    Ok(query.execute(conn).await?.rows_affected())
-}
-
-async fn record_one(
-    conn: &mut SqliteConnection,
-    claim: &SettlementAttemptClaim,
-    input: &SettlementRoutingInput,
-    policy: RetryPolicy,
-    observed_at_ms: u64,
-) -> StoreResult<SettlementRoute> {
-    let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
-        Ok(plan) => plan,
-        Err(refusal) => {
-            let found = row(conn, &claim.receipt_id).await?;
-            return Err(rules::refused_plan(
-                found.as_ref(),
-                claim,
-                refusal,
-                policy,
-                observed_at_ms,
-            ));
-        }
-    };
-    if plan.lease_live {
-        let cas = Cas::of(claim)?;
-        // A failed statement changes nothing, so a refused change needs no
-        // rollback; a refused history entry after an applied change fails
-        // the whole job (its savepoint is rolled back), so the two always
-        // stand or fall together.
-        if apply(conn, &cas, plan.observed_at_ms, &plan.change).await? == 1 {
-            append_history(conn, &claim.receipt_id, &plan.history)
-                .await
-                .map_err(|e| {
-                    SettlementRouteError::backend(format!("history entry refused: {e}"))
-                })?;
-            return Ok(plan.route);
-        }
+        } => [
+            "dead_lettered".into(),
+            V::Null,
+            V::Null,
+            (*attempts).into(),
+            V::Null,
+            (*code).into(),
+            sha256.as_str().into(),
+            at,
+        ],
     }
-    let row = row(conn, &claim.receipt_id).await?;
-    rules::explain_miss(row.as_ref(), claim, Some(input), observed_at_ms)
 }
 
-/// Record outcomes, each judged on its own; a backend error fails the whole call.
-pub async fn record(
-    conn: &mut SqliteConnection,
-    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
-    policy: RetryPolicy,
-    observed_at_ms: u64,
+/// Apply planned outcomes with one guarded `UPDATE`; returns the ids it changed.
+fn apply_outcomes(
+    conn: &Connection,
+    planned: &[(&SettlementAttemptClaim, &Plan)],
+) -> StoreResult<HashSet<String>> {
+    let mut batch = Vec::with_capacity(planned.len());
+    for (claim, plan) in planned {
+        let serde_json::Value::Array(mut row) = cas_columns(claim, 0)? else {
+            unreachable!("cas_columns makes an array")
+        };
+        row[7] = plan.observed_at_ms.into();
+        row.extend(change_columns(plan));
+        batch.push(serde_json::Value::Array(row));
+    }
+    let mut stmt = conn.prepare_cached(concat!(
+        "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
+         skip_reason = b.new_reason, attempts = coalesce(b.new_attempts, receipts.attempts), \
+         next_visible_at_ms = b.new_visible, \
+         failure_code = coalesce(b.new_code, receipts.failure_code), \
+         failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
+         lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
+         finished_at_ms = b.new_finished",
+        cas_from_batch!(
+            ", value ->> 8 AS new_status, value ->> 9 AS new_transcript, \
+             value ->> 10 AS new_reason, value ->> 11 AS new_attempts, \
+             value ->> 12 AS new_visible, value ->> 13 AS new_code, value ->> 14 AS new_sha, \
+             value ->> 15 AS new_finished"
+        ),
+        " RETURNING receipts.receipt_id"
+    ))?;
+    let changed = stmt
+        .query_map([json(&batch)?], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(changed)
+}
+
+/// Record outcomes, each judged on its own and answered as if it ran alone
+/// in arrival order; a backend error fails the whole call.
+pub fn record(
+    conn: &Connection,
+    items: &[OutcomeItem],
 ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-    let mut results = Vec::with_capacity(outcomes.len());
-    for (claim, input) in outcomes {
-        match record_one(conn, claim, input, policy, observed_at_ms).await {
-            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
-            other => results.push(other),
+    let mut results: Vec<Option<StoreResult<SettlementRoute>>> = vec![None; items.len()];
+    for round in rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
+        // Plan every item; those that cannot apply are explained below.
+        let mut planned = Vec::new();
+        let mut explain: Vec<(usize, Option<SettlementRouteError>)> = Vec::new();
+        for &i in &round {
+            let it = &items[i];
+            match rules::plan_outcome(&it.claim, &it.input, it.policy, it.observed_at_ms) {
+                Ok(plan) if plan.lease_live => planned.push((i, plan)),
+                Ok(_) => explain.push((i, None)),
+                Err(refusal) => explain.push((i, Some(refusal))),
+            }
+        }
+        let changed = match apply_planned(conn, items, &planned) {
+            Ok(changed) => changed,
+            // A refused row (a CHECK) fails the whole statement and changes
+            // nothing; apply one by one so that only that item is refused.
+            Err(SettlementRouteError::InvalidRecord { .. }) if planned.len() > 1 => {
+                let mut changed = HashSet::new();
+                for one in planned.chunks(1) {
+                    match apply_planned(conn, items, one) {
+                        Ok(ids) => changed.extend(ids),
+                        Err(e @ SettlementRouteError::InvalidRecord { .. }) => {
+                            results[one[0].0] = Some(Err(e));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                changed
+            }
+            Err(SettlementRouteError::InvalidRecord { detail }) if planned.len() == 1 => {
+                results[planned[0].0] = Some(Err(SettlementRouteError::InvalidRecord { detail }));
+                HashSet::new()
+            }
+            Err(e) => return Err(e),
+        };
+        let mut entries = Vec::new();
+        for (i, plan) in &planned {
+            if results[*i].is_some() {
+                continue;
+            }
+            let id = items[*i].claim.receipt_id.as_str();
+            if changed.contains(id) {
+                results[*i] = Some(Ok(plan.route));
+                entries.push((id, &plan.history));
+            } else {
+                explain.push((*i, None));
+            }
+        }
+        // A refused history entry after an applied change fails the whole
+        // call (the caller rolls it back), so the two stand or fall together.
+        append_history(conn, &entries)
+            .map_err(|e| SettlementRouteError::backend(format!("history entry refused: {e}")))?;
+        if explain.is_empty() {
+            continue;
+        }
+        let found = rows_by_id(
+            conn,
+            explain
+                .iter()
+                .map(|(i, _)| items[*i].claim.receipt_id.as_str()),
+        )?;
+        for (i, refusal) in explain {
+            let it = &items[i];
+            let row = found.get(it.claim.receipt_id.as_str());
+            results[i] = Some(match refusal {
+                Some(refusal) => Err(rules::refused_plan(
+                    row,
+                    &it.claim,
+                    refusal,
+                    it.policy,
+                    it.observed_at_ms,
+                )),
+                None => rules::explain_miss(row, &it.claim, Some(&it.input), it.observed_at_ms),
+            });
         }
     }
-    Ok(results)
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(SettlementRouteError::backend("outcome not judged"))))
+        .collect())
+}
+
+fn apply_planned(
+    conn: &Connection,
+    items: &[OutcomeItem],
+    planned: &[(usize, Plan)],
+) -> StoreResult<HashSet<String>> {
+    if planned.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let pairs: Vec<_> = planned
+        .iter()
+        .map(|(i, plan)| (&items[*i].claim, plan))
+        .collect();
+    apply_outcomes(conn, &pairs)
 }
 
 /// Why a guarded lease write matched nothing.
-async fn lease_miss(
-    conn: &mut SqliteConnection,
+fn lease_miss(
+    row: Option<&ReceiptRow>,
     claim: &SettlementAttemptClaim,
     now_ms: u64,
 ) -> SettlementRouteError {
-    match row(conn, &claim.receipt_id).await {
-        Ok(row) => match rules::explain_miss(row.as_ref(), claim, None, now_ms) {
-            Err(e) => e,
-            Ok(_) => SettlementRouteError::conflict("claim does not match the persisted row"),
-        },
+    match rules::explain_miss(row, claim, None, now_ms) {
         Err(e) => e,
+        Ok(_) => SettlementRouteError::conflict("claim does not match the persisted row"),
     }
 }
 
-/// Move a live lease's deadline.
-pub async fn extend(
-    conn: &mut SqliteConnection,
-    claim: &SettlementAttemptClaim,
-    now_ms: u64,
-    until: i64,
-) -> StoreResult<SettlementAttemptClaim> {
-    let cas = Cas::of(claim)?;
-    let now = to_i64(now_ms, "now_ms")?;
-    let sql = sqlx::AssertSqlSafe(format!(
-        "UPDATE receipts SET lease_until_ms = ?9 WHERE {CAS_WHERE} RETURNING {}",
-        receipt_columns!()
-    ));
-    let updated: Option<ReceiptRow> = sqlx::query_as(sql)
-        .bind(cas.receipt_id)
-        .bind(cas.finalized_at)
-        .bind(cas.attempts)
-        .bind(cas.row_version)
-        .bind(cas.lease_owner)
-        .bind(cas.lease_token)
-        .bind(cas.lease_until_ms)
-        .bind(now)
-        .bind(until)
-        .fetch_optional(&mut *conn)
-        .await?;
-    match updated {
-        Some(row) => row.claim(),
-        None => Err(lease_miss(conn, claim, now_ms).await),
+/// Move live leases' deadlines; each judged on its own.
+pub fn extend(
+    conn: &Connection,
+    items: &[ExtendItem],
+) -> StoreResult<Vec<StoreResult<SettlementAttemptClaim>>> {
+    let mut results: Vec<Option<StoreResult<SettlementAttemptClaim>>> = vec![None; items.len()];
+    for round in rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
+        let mut batch = Vec::new();
+        for &i in &round {
+            let it = &items[i];
+            match cas_columns(&it.claim, it.now_ms) {
+                Ok(serde_json::Value::Array(mut row)) => {
+                    row.push(it.until.into());
+                    batch.push((i, serde_json::Value::Array(row)));
+                }
+                Ok(_) => unreachable!("cas_columns makes an array"),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
+        let mut updated: HashMap<String, ReceiptRow> = HashMap::new();
+        if !rows.is_empty() {
+            let mut stmt = conn.prepare_cached(concat!(
+                "UPDATE receipts SET lease_until_ms = b.new_until",
+                cas_from_batch!(", value ->> 8 AS new_until"),
+                " RETURNING ",
+                receipt_columns!()
+            ))?;
+            for r in stmt.query_map([json(&rows)?], receipt_row)? {
+                let r = r?;
+                updated.insert(r.receipt_id.clone(), r);
+            }
+        }
+        let missed: Vec<usize> = batch
+            .iter()
+            .map(|(i, _)| *i)
+            .filter(|i| !updated.contains_key(items[*i].claim.receipt_id.as_str()))
+            .collect();
+        let found = rows_by_id(
+            conn,
+            missed.iter().map(|i| items[*i].claim.receipt_id.as_str()),
+        )?;
+        for (i, _) in batch {
+            let it = &items[i];
+            let id = it.claim.receipt_id.as_str();
+            results[i] = Some(match updated.get(id) {
+                Some(row) => row.claim(),
+                None => Err(lease_miss(found.get(id), &it.claim, it.now_ms)),
+            });
+        }
     }
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(SettlementRouteError::backend("extension not judged"))))
+        .collect())
 }
 
-/// Give a live lease back; the receipt is due at once.
-pub async fn release(
-    conn: &mut SqliteConnection,
-    claim: &SettlementAttemptClaim,
-    now_ms: u64,
-) -> StoreResult<()> {
-    let cas = Cas::of(claim)?;
-    let now = to_i64(now_ms, "now_ms")?;
-    let sql = sqlx::AssertSqlSafe(format!(
-        "UPDATE receipts SET lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-         next_visible_at_ms = ?8 WHERE {CAS_WHERE}"
-    ));
-    let released = sqlx::query(sql)
-        .bind(cas.receipt_id)
-        .bind(cas.finalized_at)
-        .bind(cas.attempts)
-        .bind(cas.row_version)
-        .bind(cas.lease_owner)
-        .bind(cas.lease_token)
-        .bind(cas.lease_until_ms)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    if released != 1 {
-        return Err(lease_miss(conn, claim, now_ms).await);
+/// Give live leases back (each due at once) with a history entry each.
+pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<StoreResult<()>>> {
+    let mut results: Vec<Option<StoreResult<()>>> = vec![None; items.len()];
+    for round in rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
+        let mut batch = Vec::new();
+        for &i in &round {
+            let it = &items[i];
+            match cas_columns(&it.claim, it.now_ms) {
+                Ok(row) => batch.push((i, row)),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
+        let mut released = HashSet::new();
+        if !rows.is_empty() {
+            let mut stmt = conn.prepare_cached(concat!(
+                "UPDATE receipts SET lease_owner = NULL, lease_token = NULL, \
+                 lease_until_ms = NULL, next_visible_at_ms = b.at",
+                cas_from_batch!(""),
+                " RETURNING receipts.receipt_id"
+            ))?;
+            released = stmt
+                .query_map([json(&rows)?], |r| r.get::<_, String>(0))?
+                .collect::<Result<_, _>>()?;
+        }
+        let mut entries = Vec::new();
+        let mut missed = Vec::new();
+        for (i, _) in &batch {
+            let it = &items[*i];
+            if released.contains(it.claim.receipt_id.as_str()) {
+                let now = to_i64(it.now_ms, "now_ms")?;
+                entries.push((
+                    it.claim.receipt_id.as_str(),
+                    rules::release_entry(&it.claim, now),
+                ));
+                results[*i] = Some(Ok(()));
+            } else {
+                missed.push(*i);
+            }
+        }
+        let refs: Vec<(&str, &NewHistory)> = entries.iter().map(|(id, h)| (*id, h)).collect();
+        append_history(conn, &refs)?;
+        let found = rows_by_id(
+            conn,
+            missed.iter().map(|i| items[*i].claim.receipt_id.as_str()),
+        )?;
+        for i in missed {
+            let it = &items[i];
+            let row = found.get(it.claim.receipt_id.as_str());
+            results[i] = Some(Err(lease_miss(row, &it.claim, it.now_ms)));
+        }
     }
-    append_history(conn, &claim.receipt_id, &rules::release_entry(claim, now)).await
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(SettlementRouteError::backend("release not judged"))))
+        .collect())
 }
 
 /// Put a dead letter back to work; `None` when the receipt is not dead-lettered.
-pub async fn redrive(
-    conn: &mut SqliteConnection,
+pub fn redrive(
+    conn: &Connection,
     receipt_id: &ReceiptId,
     now: i64,
 ) -> StoreResult<Option<ReceiptView>> {
-    let Some(current) = row(conn, receipt_id.as_str()).await? else {
+    let Some(current) = row(conn, receipt_id.as_str())? else {
         return Ok(None);
     };
     let Some(letter) = current.dead_letter()? else {
         return Ok(None);
     };
-    sqlx::query(
+    conn.prepare_cached(
         "UPDATE receipts SET status = 'active', attempts = 0, next_visible_at_ms = ?2, \
          finished_at_ms = NULL WHERE receipt_id = ?1 AND status = 'dead_lettered'",
-    )
-    .bind(receipt_id.as_str())
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
-    append_history(
-        conn,
-        receipt_id.as_str(),
-        &rules::redrive_entry(&letter, now),
-    )
-    .await?;
-    let updated = row(conn, receipt_id.as_str())
-        .await?
+    )?
+    .execute(rusqlite::params![receipt_id.as_str(), now])?;
+    let entry = rules::redrive_entry(&letter, now);
+    append_history(conn, &[(receipt_id.as_str(), &entry)])?;
+    let updated = row(conn, receipt_id.as_str())?
         .ok_or_else(|| SettlementRouteError::backend("receipt vanished during redrive"))?;
-    let entries = history(conn, receipt_id.as_str()).await?;
+    let entries = history(conn, receipt_id.as_str())?;
     updated.view(now, entries).map(Some)
 }
 
 /// Delete up to `limit` receipts finished before `before` (their history follows by cascade).
-pub async fn purge(conn: &mut SqliteConnection, before: i64, limit: usize) -> StoreResult<u64> {
-    Ok(sqlx::query(
-        "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
-         WHERE status IN ('settled', 'skipped') AND finished_at_ms < ?1 LIMIT ?2)",
-    )
-    .bind(before)
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .execute(conn)
-    .await?
-    .rows_affected())
+pub fn purge(conn: &Connection, before: i64, limit: usize) -> StoreResult<u64> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
+             WHERE status IN ('settled', 'skipped') AND finished_at_ms < ?1 LIMIT ?2)",
+        )?
+        .execute(rusqlite::params![
+            before,
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ])?;
+    Ok(deleted as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rounds;
+
+    #[test]
+    fn repeated_ids_go_to_later_rounds_in_arrival_order() {
+        let ids = ["a", "b", "a", "c", "a", "b"];
+        assert_eq!(
+            rounds(ids.into_iter()),
+            vec![vec![0, 1, 3], vec![2, 5], vec![4]]
+        );
+    }
 }

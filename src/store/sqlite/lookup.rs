@@ -1,0 +1,127 @@
+//! Reads the writer needs inside its own transaction (rows to explain a
+//! refusal, the rows a batch touched), on the synchronous writer connection.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::super::rows::{HistoryRow, ReceiptRow};
+use super::super::rules::NewHistory;
+use super::super::*;
+use crate::receipt_columns;
+
+/// A `ReceiptRow` from a row selected with `receipt_columns!()`.
+pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
+    Ok(ReceiptRow {
+        receipt_id: r.get(0)?,
+        finalized_at: r.get(1)?,
+        observation: r.get(2)?,
+        status: r.get(3)?,
+        attempts: r.get(4)?,
+        row_version: r.get(5)?,
+        next_visible_at_ms: r.get(6)?,
+        lease_owner: r.get(7)?,
+        lease_token: r.get(8)?,
+        lease_until_ms: r.get(9)?,
+        failure_code: r.get(10)?,
+        failure_sha256: r.get(11)?,
+        transcript_id: r.get(12)?,
+        skip_reason: r.get(13)?,
+        finished_at_ms: r.get(14)?,
+    })
+}
+
+/// One receipt row.
+pub fn row(conn: &Connection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id = ?1"
+    ))?;
+    Ok(stmt.query_row([receipt_id], receipt_row).optional()?)
+}
+
+/// The rows of `ids` that exist, by id; one statement whatever their number.
+pub fn rows_by_id<'a>(
+    conn: &Connection,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> StoreResult<HashMap<String, ReceiptRow>> {
+    let ids = json(&ids.into_iter().collect::<Vec<_>>())?;
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        receipt_columns!(),
+        " FROM receipts WHERE receipt_id IN (SELECT value FROM json_each(?1))"
+    ))?;
+    let rows = stmt.query_map([ids], receipt_row)?;
+    let mut found = HashMap::new();
+    for r in rows {
+        let r = r?;
+        found.insert(r.receipt_id.clone(), r);
+    }
+    Ok(found)
+}
+
+/// A receipt's history, oldest first.
+pub fn history(conn: &Connection, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
+         observed_at_ms, route FROM receipt_history WHERE receipt_id = ?1 ORDER BY id",
+    )?;
+    let rows = stmt.query_map([receipt_id], |r| {
+        Ok(HistoryRow {
+            attempt: r.get(0)?,
+            outcome: r.get(1)?,
+            code: r.get(2)?,
+            detail_sha256: r.get(3)?,
+            transcript_id: r.get(4)?,
+            reason: r.get(5)?,
+            worker_id: r.get(6)?,
+            observed_at_ms: r.get(7)?,
+            route: r.get(8)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Append history entries, in order, with one statement.
+pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> StoreResult<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<_> = entries
+        .iter()
+        .map(|(id, h)| {
+            (
+                id,
+                h.attempt,
+                h.outcome,
+                h.code,
+                &h.detail_sha256,
+                &h.transcript_id,
+                h.reason,
+                &h.worker_id,
+                h.observed_at_ms,
+                h.route,
+            )
+        })
+        .collect();
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
+         transcript_id, reason, worker_id, observed_at_ms, route) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
+         value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM json_each(?1) ORDER BY key",
+    )?;
+    let inserted = stmt.execute([json(&rows)?])?;
+    if inserted != entries.len() {
+        return Err(SettlementRouteError::backend(
+            "history entries were not all written",
+        ));
+    }
+    Ok(())
+}
+
+/// A batch as the JSON text `json_each` reads.
+pub fn json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
+    serde_json::to_string(value)
+        .map_err(|e| SettlementRouteError::backend(format!("encoding a batch: {e}")))
+}

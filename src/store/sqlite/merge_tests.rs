@@ -1,0 +1,146 @@
+//! The writer merges requests that queue together; each must still get the
+//! answer it would get alone.
+
+use std::time::Duration;
+
+use super::SqliteStore;
+use crate::domain::{
+    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementRoute, SettlementRouteError,
+    SettlementRoutingInput, TranscriptId, WorkerId,
+};
+use crate::store::{NewReceipt, ReceiptState, SettlementOutcomeStore};
+
+const NOW: u64 = 1_000_000;
+
+async fn open() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("merge.db").display());
+    let store = SqliteStore::open(&url).await.expect("open");
+    (dir, store)
+}
+
+/// Hold the writer thread busy so that the next requests queue behind it.
+fn hold_writer(store: &SqliteStore) -> tokio::task::JoinHandle<()> {
+    let writer = store.writer.clone();
+    tokio::spawn(async move {
+        writer
+            .solo(|_| {
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(())
+            })
+            .await
+            .expect("hold");
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
+    let (_dir, store) = open().await;
+    let store: std::sync::Arc<SqliteStore> = std::sync::Arc::new(store);
+    let receipts: Vec<NewReceipt> = (0..8)
+        .map(|i| NewReceipt {
+            receipt_id: ReceiptId::parse(&format!("r-{i}")).unwrap(),
+            finalized_at: 1,
+            observation: None,
+            visible_at_ms: None,
+        })
+        .collect();
+    store.enqueue(&receipts, NOW).await.expect("enqueue");
+    let worker = WorkerId::parse("w").unwrap();
+    let claims = store
+        .claim_due(
+            &worker,
+            NOW,
+            LeaseMs::try_from(30_000).unwrap(),
+            ClaimLimit::try_from(8).unwrap(),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claims.len(), 8);
+
+    let holder = hold_writer(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = store.writer.merged_requests();
+    let mut tasks = Vec::new();
+    for (i, claim) in claims.into_iter().enumerate() {
+        let mut claim = claim;
+        if i == 3 {
+            // A forged token: this one request must be refused.
+            claim.lease_token = "0".repeat(32);
+        }
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let input = SettlementRoutingInput::Accepted {
+                transcript_id: TranscriptId::parse(&format!("tx-{i}")).unwrap(),
+            };
+            let items = [(claim, input)];
+            store
+                .record_claimed_outcomes(&items, RetryPolicy::default(), NOW + 10)
+                .await
+        }));
+    }
+    holder.await.unwrap();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap().expect("call").pop().unwrap());
+    }
+    assert_eq!(
+        store.writer.merged_requests() - before,
+        8,
+        "the eight requests queued behind the held writer were merged"
+    );
+    for (i, answer) in answers.iter().enumerate() {
+        if i == 3 {
+            assert!(
+                matches!(answer, Err(SettlementRouteError::Conflict { .. })),
+                "{answer:?}"
+            );
+        } else {
+            assert_eq!(answer, &Ok(SettlementRoute::NoAction));
+        }
+    }
+    for i in 0..8 {
+        let view = store
+            .receipt(&ReceiptId::parse(&format!("r-{i}")).unwrap(), NOW + 20)
+            .await
+            .unwrap()
+            .unwrap();
+        let expected = if i == 3 {
+            ReceiptState::Leased
+        } else {
+            ReceiptState::Settled
+        };
+        assert_eq!(view.state, expected, "r-{i}");
+        assert_eq!(view.history.len(), usize::from(i != 3), "r-{i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
+    let (_dir, store) = open().await;
+    let store = std::sync::Arc::new(store);
+    let holder = hold_writer(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let receipt = NewReceipt {
+                receipt_id: ReceiptId::parse(&format!("e-{i}")).unwrap(),
+                // Past SQLite's signed range for one request only: the merged
+                // insert fails, and only this request may fail with it.
+                finalized_at: if i == 2 { u64::MAX } else { 1 },
+                observation: None,
+                visible_at_ms: None,
+            };
+            store.enqueue(std::slice::from_ref(&receipt), NOW).await
+        }));
+    }
+    holder.await.unwrap();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let answer = t.await.unwrap();
+        assert_eq!(answer.is_err(), i == 2, "e-{i}: {answer:?}");
+    }
+    let status = store.status(NOW, 10).await.unwrap();
+    assert_eq!(status.counts.pending, 3);
+}
