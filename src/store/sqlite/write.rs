@@ -266,9 +266,11 @@ pub fn claim_due(
 }
 
 /// The claim's six fields and the check time, as `json_each` columns 0..=7.
-fn cas_columns(claim: &SettlementAttemptClaim, at_ms: u64) -> StoreResult<serde_json::Value> {
+type CasRow<'a> = (&'a str, i64, i64, i64, &'a str, &'a str, i64, i64);
+
+fn cas_row(claim: &SettlementAttemptClaim, at_ms: u64) -> StoreResult<CasRow<'_>> {
     let cas = Cas::of(claim)?;
-    Ok(serde_json::json!([
+    Ok((
         cas.receipt_id,
         cas.finalized_at,
         cas.attempts,
@@ -276,12 +278,12 @@ fn cas_columns(claim: &SettlementAttemptClaim, at_ms: u64) -> StoreResult<serde_
         cas.lease_owner,
         cas.lease_token,
         cas.lease_until_ms,
-        to_i64(at_ms, "now_ms")?
-    ]))
+        to_i64(at_ms, "now_ms")?,
+    ))
 }
 
 /// The compare-and-swap of every row against batch row `b` (columns of
-/// [`cas_columns`]); the lease must still be live at `b.at`.
+/// [`cas_row`]); the lease must still be live at `b.at`.
 macro_rules! cas_from_batch {
     ($extra:literal) => {
         concat!(
@@ -301,59 +303,60 @@ macro_rules! cas_from_batch {
 /// The new column values of an outcome, as `json_each` columns 8..=15:
 /// status, transcript, skip reason, attempts (null: unchanged), next visible,
 /// failure code and digest (null: unchanged), finished at.
-fn change_columns(plan: &Plan) -> [serde_json::Value; 8] {
-    use serde_json::Value as V;
-    let at = V::from(plan.observed_at_ms);
+type ChangeRow<'a> = (
+    &'static str,
+    Option<&'a str>,
+    Option<&'static str>,
+    Option<i64>,
+    Option<i64>,
+    Option<&'static str>,
+    Option<&'a str>,
+    Option<i64>,
+);
+
+fn change_row(plan: &Plan) -> ChangeRow<'_> {
+    let at = Some(plan.observed_at_ms);
     match &plan.change {
-        Change::Settle { transcript_id } => [
-            "settled".into(),
-            transcript_id.as_str().into(),
-            V::Null,
-            V::Null,
-            V::Null,
-            V::Null,
-            V::Null,
+        Change::Settle { transcript_id } => (
+            "settled",
+            Some(transcript_id.as_str()),
+            None,
+            None,
+            None,
+            None,
+            None,
             at,
-        ],
-        Change::Skip { reason } => [
-            "skipped".into(),
-            V::Null,
-            (*reason).into(),
-            V::Null,
-            V::Null,
-            V::Null,
-            V::Null,
-            at,
-        ],
+        ),
+        Change::Skip { reason } => ("skipped", None, Some(*reason), None, None, None, None, at),
         Change::Retry {
             attempts,
             next_visible_at_ms,
             code,
             sha256,
-        } => [
-            "active".into(),
-            V::Null,
-            V::Null,
-            (*attempts).into(),
-            (*next_visible_at_ms).into(),
-            (*code).into(),
-            sha256.as_str().into(),
-            V::Null,
-        ],
+        } => (
+            "active",
+            None,
+            None,
+            Some(*attempts),
+            Some(*next_visible_at_ms),
+            Some(*code),
+            Some(sha256.as_str()),
+            None,
+        ),
         Change::DeadLetter {
             attempts,
             code,
             sha256,
-        } => [
-            "dead_lettered".into(),
-            V::Null,
-            V::Null,
-            (*attempts).into(),
-            V::Null,
-            (*code).into(),
-            sha256.as_str().into(),
+        } => (
+            "dead_lettered",
+            None,
+            None,
+            Some(*attempts),
+            None,
+            Some(*code),
+            Some(sha256.as_str()),
             at,
-        ],
+        ),
     }
 }
 
@@ -364,12 +367,26 @@ fn apply_outcomes(
 ) -> StoreResult<HashSet<String>> {
     let mut batch = Vec::with_capacity(planned.len());
     for (claim, plan) in planned {
-        let serde_json::Value::Array(mut row) = cas_columns(claim, 0)? else {
-            unreachable!("cas_columns makes an array")
-        };
-        row[7] = plan.observed_at_ms.into();
-        row.extend(change_columns(plan));
-        batch.push(serde_json::Value::Array(row));
+        let c = cas_row(claim, 0)?;
+        let n = change_row(plan);
+        batch.push((
+            c.0,
+            c.1,
+            c.2,
+            c.3,
+            c.4,
+            c.5,
+            c.6,
+            plan.observed_at_ms,
+            n.0,
+            n.1,
+            n.2,
+            n.3,
+            n.4,
+            n.5,
+            n.6,
+            n.7,
+        ));
     }
     let mut stmt = conn.prepare_cached(concat!(
         "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
@@ -519,12 +536,8 @@ pub fn extend(
         let mut batch = Vec::new();
         for &i in &round {
             let it = &items[i];
-            match cas_columns(&it.claim, it.now_ms) {
-                Ok(serde_json::Value::Array(mut row)) => {
-                    row.push(it.until.into());
-                    batch.push((i, serde_json::Value::Array(row)));
-                }
-                Ok(_) => unreachable!("cas_columns makes an array"),
+            match cas_row(&it.claim, it.now_ms) {
+                Ok(c) => batch.push((i, (c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, it.until))),
                 Err(e) => results[i] = Some(Err(e)),
             }
         }
@@ -573,7 +586,7 @@ pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<Stor
         let mut batch = Vec::new();
         for &i in &round {
             let it = &items[i];
-            match cas_columns(&it.claim, it.now_ms) {
+            match cas_row(&it.claim, it.now_ms) {
                 Ok(row) => batch.push((i, row)),
                 Err(e) => results[i] = Some(Err(e)),
             }
