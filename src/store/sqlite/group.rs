@@ -186,15 +186,17 @@ fn in_savepoint<T>(
     name: &str,
     op: impl FnOnce(&Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    conn.execute_batch(&format!("SAVEPOINT {name}"))?;
+    // Cached statements: a savepoint per request must not cost a parse.
+    conn.prepare_cached(&format!("SAVEPOINT {name}"))?
+        .execute([])?;
     let result = catch_unwind(AssertUnwindSafe(|| op(conn)))
         .unwrap_or_else(|_| Err(SettlementRouteError::backend("a write panicked")));
-    let end = if result.is_ok() {
-        format!("RELEASE {name}")
-    } else {
-        format!("ROLLBACK TO {name}; RELEASE {name}")
-    };
-    conn.execute_batch(&end)?;
+    if result.is_err() {
+        conn.prepare_cached(&format!("ROLLBACK TO {name}"))?
+            .execute([])?;
+    }
+    conn.prepare_cached(&format!("RELEASE {name}"))?
+        .execute([])?;
     result
 }
 
@@ -316,7 +318,10 @@ fn err(e: Option<&SettlementRouteError>) -> SettlementRouteError {
 
 /// Run and commit one group; `false` when the connection should be reopened.
 fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = conn
+        .prepare_cached("BEGIN IMMEDIATE")
+        .and_then(|mut s| s.execute([]))
+    {
         let e = SettlementRouteError::from(e);
         for f in fail_all(group) {
             f(Some(&e));
