@@ -1,17 +1,21 @@
 //! `settled-bench`: enqueue receipts, settle them with concurrent HTTP
 //! workers, measure throughput and latency, check that nothing was lost or
 //! settled twice, and compare with the same workload driven straight through
-//! the store in-process.
+//! the store in-process and, with `--raw`, as plain SQL (the ceiling).
 //!
 //! Build first: `cargo build --release --bins`, then e.g.
 //! `target/release/settled-bench --spawn sqlite --receipts 50000 --workers 8 --batch 256`.
 
 #[path = "settled_bench/common.rs"]
 mod common;
+#[path = "settled_bench/cpu.rs"]
+mod cpu;
 #[path = "settled_bench/http.rs"]
 mod http;
 #[path = "settled_bench/inproc.rs"]
 mod inproc;
+#[path = "settled_bench/raw.rs"]
+mod raw;
 #[path = "settled_bench/report.rs"]
 mod report;
 #[path = "settled_bench/server.rs"]
@@ -94,6 +98,10 @@ struct Args {
     /// Skip the in-process comparison.
     #[arg(long)]
     no_inprocess: bool,
+    /// Also run the same lease cycle as plain SQL on a fresh database of the
+    /// same backend (no HTTP, no settled code) and report settled's share of it.
+    #[arg(long)]
+    raw: bool,
     /// Print one JSON object on stdout (the summary then goes to stderr).
     #[arg(long)]
     json: bool,
@@ -288,6 +296,14 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         failures.extend(result.failures.iter().cloned());
         Some(result)
     };
+    let raw = if args.raw {
+        let url = fresh(&backend, args, dbs).await?;
+        let result = raw::run(&url, &w, policy).await?;
+        failures.extend(result.failures.iter().cloned());
+        Some(result)
+    } else {
+        None
+    };
 
     let claim = stats.claim.finish();
     let outcome = stats.outcome.finish();
@@ -327,6 +343,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         inprocess_settled_per_sec: inprocess.as_ref().map(|r| r.settled_per_sec),
         inprocess_enqueued_per_sec: inprocess.as_ref().map(|r| r.enqueued_per_sec),
         inprocess_elapsed_s: inprocess.as_ref().map(|r| r.elapsed_s),
+        raw,
         failures,
         total_elapsed_s: begun.elapsed().as_secs_f64(),
     })
