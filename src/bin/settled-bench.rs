@@ -102,6 +102,14 @@ struct Args {
     /// same backend (no HTTP, no settled code) and report settled's share of it.
     #[arg(long)]
     raw: bool,
+    /// Workers of the plain-SQL run (default: --workers). On SQLite they take
+    /// turns on one connection; 1 claims and completes one batch at a time.
+    #[arg(long, requires = "raw")]
+    raw_workers: Option<usize>,
+    /// SQLite plain-SQL run: commit every claim and every completion on its
+    /// own, instead of one commit per round of the workers' turns.
+    #[arg(long, requires = "raw")]
+    raw_commit_each: bool,
     /// Print one JSON object on stdout (the summary then goes to stderr).
     #[arg(long)]
     json: bool,
@@ -298,7 +306,11 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     };
     let raw = if args.raw {
         let url = fresh(&backend, args, dbs).await?;
-        let result = raw::run(&url, &w, policy).await?;
+        let w = Workload {
+            workers: args.raw_workers.unwrap_or(w.workers).max(1),
+            ..w.clone()
+        };
+        let result = raw::run(&url, &w, policy, args.raw_commit_each).await?;
         failures.extend(result.failures.iter().cloned());
         Some(result)
     } else {

@@ -6,7 +6,7 @@
 //! the oldest due rows, each leased with its own random 128-bit token; a
 //! batch of outcomes is one guarded `UPDATE` (token, owner, attempts and a
 //! live lease must still match) plus one history `INSERT … SELECT`, in one
-//! transaction.
+//! transaction. Every change is durable before the run counts it.
 
 #[path = "raw/postgres.rs"]
 mod postgres;
@@ -26,6 +26,10 @@ use super::inproc::Workload;
 
 /// What the plain-SQL run measured.
 pub struct RawResult {
+    pub workers: usize,
+    /// How often the run commits: `round` (SQLite: once per round of the
+    /// workers' turns) or `each` (every claim and every completion).
+    pub commit: &'static str,
     pub enqueued_per_sec: f64,
     pub per_sec: f64,
     pub elapsed_s: f64,
@@ -37,13 +41,25 @@ pub struct RawResult {
 }
 
 /// Run the plain-SQL cycle on the fresh database at `url`.
-pub async fn run(url: &str, w: &Workload, policy: RetryPolicy) -> Res<RawResult> {
+pub async fn run(
+    url: &str,
+    w: &Workload,
+    policy: RetryPolicy,
+    commit_each: bool,
+) -> Res<RawResult> {
     let ids = Ids {
         prefix: format!("raw-{}", super::common::run_id()),
     };
-    let cycle = Cycle::new(w.clone(), policy, ids);
-    if let Some(path) = url.strip_prefix("sqlite:") {
-        sqlite::run(url, path, cycle).await
+    let sqlite = url.strip_prefix("sqlite:");
+    // PostgreSQL: every step is one statement, committed on its own.
+    let commit = if commit_each || sqlite.is_none() {
+        "each"
+    } else {
+        "round"
+    };
+    let cycle = Cycle::new(w.clone(), policy, ids, commit);
+    if let Some(path) = sqlite {
+        sqlite::run(url, path, cycle, commit_each).await
     } else {
         postgres::run(url, cycle).await
     }
@@ -83,6 +99,7 @@ pub struct Cycle {
     pub w: Workload,
     policy: RetryPolicy,
     pub ids: Ids,
+    pub commit: &'static str,
     retry_sha: String,
     permanent_sha: String,
     /// Rows that reached a terminal state.
@@ -103,11 +120,12 @@ pub fn tokens(n: usize) -> Res<Vec<String>> {
 }
 
 impl Cycle {
-    fn new(w: Workload, policy: RetryPolicy, ids: Ids) -> Self {
+    fn new(w: Workload, policy: RetryPolicy, ids: Ids, commit: &'static str) -> Self {
         Self {
             w,
             policy,
             ids,
+            commit,
             // The details the HTTP run sends (see `Mix::outcome`).
             retry_sha: sha256_hex("bench: rail timeout"),
             permanent_sha: sha256_hex("bench: bad signature"),
@@ -292,6 +310,8 @@ pub fn result(cycle: &Cycle, enqueued_per_sec: f64, m: Measured, end: &EndCounts
     }
     cycle.check(end, &mut failures);
     RawResult {
+        workers: cycle.w.workers,
+        commit: cycle.commit,
         enqueued_per_sec,
         per_sec: rows as f64 / m.elapsed_s,
         elapsed_s: m.elapsed_s,

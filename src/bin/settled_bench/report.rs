@@ -126,6 +126,8 @@ impl Report {
             "inprocess_elapsed_s": self.inprocess_elapsed_s.map(|r| round(r, 3)),
             "http_over_inprocess": self.http_over_inprocess().map(|r| round(r, 3)),
             "raw_per_sec": self.raw.as_ref().map(|r| round(r.per_sec, 1)),
+            "raw_workers": self.raw.as_ref().map(|r| r.workers),
+            "raw_commit": self.raw.as_ref().map(|r| r.commit),
             "raw_enqueued_per_sec": self.raw.as_ref().map(|r| round(r.enqueued_per_sec, 1)),
             "raw_elapsed_s": self.raw.as_ref().map(|r| round(r.elapsed_s, 3)),
             "raw_retries": self.raw.as_ref().map(|r| r.retries),
@@ -230,9 +232,14 @@ impl Report {
             let cpu = raw
                 .cpu_us_per_row
                 .map_or_else(String::new, |c| format!(", bench CPU {c:.0} µs per row"));
+            let commits = if raw.commit == "round" {
+                "a commit per round of turns"
+            } else {
+                "a commit per claim and per completion"
+            };
             line(format!(
-                "  raw SQL    {:>9.0}/s settle, {:.0}/s enqueue (plain SQL, no settled{cpu})  ->  settled/raw {share:.2}",
-                raw.per_sec, raw.enqueued_per_sec
+                "  raw SQL    {:>9.0}/s settle, {:.0}/s enqueue (plain SQL, {} workers, {commits}{cpu})  ->  settled/raw {share:.2}",
+                raw.per_sec, raw.enqueued_per_sec, raw.workers
             ));
         }
         if self.invariants_ok() {

@@ -3,7 +3,10 @@
 //! this is as fast as the file allows. The W workers take turns on it: each
 //! turn completes the worker's previous batch and claims its next, so up to
 //! W batches are leased at once, as with W concurrent workers, and a claim
-//! scans past the other workers' leases as settled's does.
+//! scans past the other workers' leases as settled's does. By default one
+//! round of turns is one transaction, one durable commit (group commit, as
+//! settled's writer does); `--raw-commit-each` commits every claim and every
+//! completion on its own instead.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -30,7 +33,10 @@ const LEASE: &str = "UPDATE receipts SET row_version = row_version + 1, lease_ow
      lease_token = ?2, lease_until_ms = ?3 WHERE receipt_id = ?4";
 
 /// One guarded update for a whole batch of outcomes. `+status` keeps the
-/// planner on the primary key, one lookup per row.
+/// planner on the primary key, one lookup per row. `jsonb_each`, not
+/// `json_each`: each element then stays binary JSON for the `->>` lookups
+/// instead of being rendered to text for every one of them (31 → 18 µs of
+/// CPU per row in this cycle).
 const COMPLETE: &str = "UPDATE receipts SET status = c.status, attempts = c.attempts, \
      next_visible_at_ms = c.nv, failure_code = coalesce(c.fcode, failure_code), \
      failure_sha256 = coalesce(c.fsha, failure_sha256), transcript_id = c.tx, \
@@ -39,7 +45,7 @@ const COMPLETE: &str = "UPDATE receipts SET status = c.status, attempts = c.atte
      FROM (SELECT value ->> 'id' AS id, value ->> 'token' AS token, value ->> 'prior' AS prior, \
        value ->> 'status' AS status, value ->> 'attempts' AS attempts, value ->> 'nv' AS nv, \
        value ->> 'fcode' AS fcode, value ->> 'fsha' AS fsha, value ->> 'tx' AS tx, \
-       value ->> 'skip' AS skip, value ->> 'fin' AS fin FROM json_each(?1)) AS c \
+       value ->> 'skip' AS skip, value ->> 'fin' AS fin FROM jsonb_each(?1)) AS c \
      WHERE receipts.receipt_id = c.id AND +receipts.status = 'active' \
      AND receipts.lease_token = c.token AND receipts.lease_owner = ?2 \
      AND receipts.attempts = c.prior AND receipts.lease_until_ms > ?3";
@@ -48,7 +54,7 @@ const HISTORY: &str = "INSERT INTO receipt_history (receipt_id, attempt, outcome
      detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route) \
      SELECT value ->> 'id', value ->> 'attempt', value ->> 'outcome', value ->> 'fcode', \
      value ->> 'fsha', value ->> 'tx', value ->> 'skip', ?2, ?3, value ->> 'route' \
-     FROM json_each(?1)";
+     FROM jsonb_each(?1)";
 
 fn now() -> Res<i64> {
     Ok(i64::try_from(now_ms())?)
@@ -83,7 +89,7 @@ fn open(path: &str) -> Res<Connection> {
     Ok(conn)
 }
 
-pub async fn run(url: &str, path: &str, cycle: Cycle) -> Res<RawResult> {
+pub async fn run(url: &str, path: &str, cycle: Cycle, commit_each: bool) -> Res<RawResult> {
     migrate(url).await?;
     let cycle = Arc::new(cycle);
     let (path, c) = (path.to_owned(), cycle.clone());
@@ -107,7 +113,7 @@ pub async fn run(url: &str, path: &str, cycle: Cycle) -> Res<RawResult> {
     let c = cycle.clone();
     let settled = tokio::task::spawn_blocking(move || {
         let phase = Phase::start();
-        let outcome = settle(&mut conn, &c);
+        let outcome = settle(&mut conn, &c, commit_each);
         let measured = phase.finish(&c);
         let end: Res<EndCounts> = conn
             .query_row(END_COUNTS, [], |r| {
@@ -151,20 +157,39 @@ fn enqueue(conn: &mut Connection, cycle: &Cycle) -> Res<f64> {
 }
 
 /// Take turns until every row is finished or the deadline passes.
-fn settle(conn: &mut Connection, cycle: &Cycle) -> Res<()> {
+fn settle(conn: &mut Connection, cycle: &Cycle, commit_each: bool) -> Res<()> {
     let workers = cycle.w.workers.max(1);
     let owners: Vec<String> = (0..workers).map(|k| format!("raw-{k}")).collect();
     let mut leased: Vec<Vec<(Leased, String)>> = (0..workers).map(|_| Vec::new()).collect();
     let deadline = Instant::now() + cycle.w.deadline;
-    for k in (0..workers).cycle() {
-        if cycle.all_done() || Instant::now() >= deadline {
-            break;
+    let immediate = TransactionBehavior::Immediate;
+    while !cycle.all_done() && Instant::now() < deadline {
+        if commit_each {
+            for (owner, slot) in owners.iter().zip(&mut leased) {
+                let batch = std::mem::take(slot);
+                if !batch.is_empty() {
+                    let tx = conn.transaction_with_behavior(immediate)?;
+                    let done = complete(&tx, cycle, owner, batch)?;
+                    tx.commit()?;
+                    cycle.tally(&done);
+                }
+                let tx = conn.transaction_with_behavior(immediate)?;
+                *slot = claim(&tx, cycle, owner)?;
+                tx.commit()?;
+            }
+        } else {
+            let tx = conn.transaction_with_behavior(immediate)?;
+            let mut finished = Vec::new();
+            for (owner, slot) in owners.iter().zip(&mut leased) {
+                let batch = std::mem::take(slot);
+                if !batch.is_empty() {
+                    finished.extend(complete(&tx, cycle, owner, batch)?);
+                }
+                *slot = claim(&tx, cycle, owner)?;
+            }
+            tx.commit()?;
+            cycle.tally(&finished);
         }
-        let batch = std::mem::take(&mut leased[k]);
-        if !batch.is_empty() {
-            complete(conn, cycle, &owners[k], batch)?;
-        }
-        leased[k] = claim(conn, cycle, &owners[k])?;
         if leased.iter().all(Vec::is_empty) {
             // Only retries are left, waiting out their backoff.
             std::thread::sleep(Duration::from_millis(1));
@@ -174,10 +199,10 @@ fn settle(conn: &mut Connection, cycle: &Cycle) -> Res<()> {
 }
 
 /// Lease up to `--batch` of the oldest due rows, all or nothing.
-fn claim(conn: &mut Connection, cycle: &Cycle, owner: &str) -> Res<Vec<(Leased, String)>> {
+/// Runs inside the caller's transaction.
+fn claim(tx: &Connection, cycle: &Cycle, owner: &str) -> Res<Vec<(Leased, String)>> {
     let now = now()?;
     let until = now + i64::try_from(cycle.w.lease_ms)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let picked = tx
         .prepare_cached(PICK)?
         .query_map(params![now, i64::try_from(cycle.w.batch)?], |r| {
@@ -199,24 +224,23 @@ fn claim(conn: &mut Connection, cycle: &Cycle, owner: &str) -> Res<Vec<(Leased, 
             }
         }
     }
-    tx.commit()?;
     Ok(picked.into_iter().zip(tokens).collect())
 }
 
-/// Record a batch of outcomes: one guarded update, one history insert, one commit.
+/// Record a batch of outcomes: one guarded update, one history insert,
+/// inside the caller's transaction. Returns them, to count once committed.
 fn complete(
-    conn: &mut Connection,
+    tx: &Connection,
     cycle: &Cycle,
     owner: &str,
     batch: Vec<(Leased, String)>,
-) -> Res<()> {
+) -> Res<Vec<Done>> {
     let now = now()?;
     let done = batch
         .into_iter()
         .map(|(row, token)| cycle.decide(row, token, now))
         .collect::<Res<Vec<Done>>>()?;
     let rows = serde_json::to_string(&done)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let changed = tx
         .prepare_cached(COMPLETE)?
         .execute(params![rows, owner, now])?;
@@ -228,7 +252,5 @@ fn complete(
     }
     tx.prepare_cached(HISTORY)?
         .execute(params![rows, owner, now])?;
-    tx.commit()?;
-    cycle.tally(&done);
-    Ok(())
+    Ok(done)
 }
