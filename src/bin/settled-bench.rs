@@ -10,6 +10,8 @@
 mod common;
 #[path = "settled_bench/cpu.rs"]
 mod cpu;
+#[path = "settled_bench/db_cpu.rs"]
+mod db_cpu;
 #[path = "settled_bench/http.rs"]
 mod http;
 #[path = "settled_bench/inproc.rs"]
@@ -262,6 +264,11 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         }),
     );
     let pacer = args.rate.map(|r| Arc::new(Pacer::new(r)));
+    // The spawned server's database is the first one made.
+    let db_cpu = match (&server, dbs.first()) {
+        (Some(_), Some(db)) => db_cpu::DbCpu::start(db.url()).await,
+        _ => None,
+    };
     let cpu_before = server.as_ref().and_then(Server::cpu_s);
     let started = Instant::now();
     let stats = settle::run(&api, &ids, &ledger, &w, pacer).await;
@@ -271,6 +278,10 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         .and_then(Server::cpu_s)
         .zip(cpu_before)
         .map(|(after, before)| after - before);
+    let db_cpu_s = match db_cpu {
+        Some(d) => d.finish().await,
+        None => None,
+    };
     ticker.abort();
     let stats = stats?;
 
@@ -348,6 +359,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         errors: Ledger::get(&ledger.errors),
         foreign_claims: Ledger::get(&ledger.foreign),
         server_cpu_s,
+        db_cpu_s,
         peak_rss_mb,
         verified_receipts,
         counts_before: serde_json::to_value(before)?,

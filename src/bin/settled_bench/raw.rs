@@ -36,6 +36,8 @@ pub struct RawResult {
     /// This process's CPU per finished row while settling: on SQLite that is
     /// the database engine itself; on PostgreSQL only the client side.
     pub cpu_us_per_row: Option<f64>,
+    /// PostgreSQL: its backends' CPU per finished row while settling.
+    pub db_cpu_us_per_row: Option<f64>,
     pub retries: u64,
     pub failures: Vec<String>,
 }
@@ -274,6 +276,8 @@ pub struct Phase {
 pub struct Measured {
     elapsed_s: f64,
     cpu_us_per_row: Option<f64>,
+    /// Set by the PostgreSQL run.
+    pub db_cpu_s: Option<f64>,
 }
 
 impl Phase {
@@ -294,6 +298,7 @@ impl Phase {
         Measured {
             elapsed_s,
             cpu_us_per_row: cpu::us_per(cpu, rows),
+            db_cpu_s: None,
         }
     }
 }
@@ -316,6 +321,7 @@ pub fn result(cycle: &Cycle, enqueued_per_sec: f64, m: Measured, end: &EndCounts
         per_sec: rows as f64 / m.elapsed_s,
         elapsed_s: m.elapsed_s,
         cpu_us_per_row: m.cpu_us_per_row,
+        db_cpu_us_per_row: cpu::us_per(m.db_cpu_s, rows as u64),
         retries: cycle.retries.load(Ordering::Relaxed),
         failures,
     }

@@ -35,6 +35,8 @@ pub struct Report {
     pub errors: u64,
     pub foreign_claims: u64,
     pub server_cpu_s: Option<f64>,
+    /// CPU of the PostgreSQL backends serving the spawned server, while settling.
+    pub db_cpu_s: Option<f64>,
     pub peak_rss_mb: Option<f64>,
     pub verified_receipts: usize,
     pub counts_before: Value,
@@ -78,6 +80,12 @@ impl Report {
         super::cpu::us_per(self.server_cpu_s, finished)
     }
 
+    /// PostgreSQL backends' CPU per finished receipt while settling, in µs.
+    pub fn db_cpu_us_per_receipt(&self) -> Option<f64> {
+        let finished = self.settled + self.skipped + self.dead_lettered;
+        super::cpu::us_per(self.db_cpu_s, finished)
+    }
+
     pub fn json(&self) -> Value {
         let mut all = json!({
             "backend": self.backend,
@@ -115,6 +123,7 @@ impl Report {
             "foreign_claims": self.foreign_claims,
             "server_cpu_s": self.server_cpu_s.map(|c| round(c, 2)),
             "server_cpu_us_per_receipt": self.server_cpu_us_per_receipt().map(|c| round(c, 1)),
+            "db_cpu_us_per_receipt": self.db_cpu_us_per_receipt().map(|c| round(c, 1)),
             "peak_rss_mb": self.peak_rss_mb.map(|m| round(m, 1)),
             "verified_receipts": self.verified_receipts,
             "counts_before": self.counts_before,
@@ -132,6 +141,7 @@ impl Report {
             "raw_elapsed_s": self.raw.as_ref().map(|r| round(r.elapsed_s, 3)),
             "raw_retries": self.raw.as_ref().map(|r| r.retries),
             "raw_cpu_us_per_row": self.raw.as_ref().and_then(|r| r.cpu_us_per_row.map(|c| round(c, 1))),
+            "raw_db_cpu_us_per_row": self.raw.as_ref().and_then(|r| r.db_cpu_us_per_row.map(|c| round(c, 1))),
             "settled_over_raw": self.settled_over_raw().map(|r| round(r, 3)),
             "invariants_ok": self.invariants_ok(),
             "invariant_failures": self.failures,
@@ -213,7 +223,10 @@ impl Report {
                     self.server_cpu_us_per_receipt().unwrap_or(0.0)
                 )
             });
-            line(format!("  server     peak RSS {rss:.1} MB{cpu}"));
+            let db = self.db_cpu_us_per_receipt().map_or_else(String::new, |c| {
+                format!("; its PostgreSQL backends {c:.0} µs per receipt")
+            });
+            line(format!("  server     peak RSS {rss:.1} MB{cpu}{db}"));
         }
         if self.foreign_claims > 0 {
             line(format!(
@@ -232,6 +245,9 @@ impl Report {
             let cpu = raw
                 .cpu_us_per_row
                 .map_or_else(String::new, |c| format!(", bench CPU {c:.0} µs per row"));
+            let cpu = raw.db_cpu_us_per_row.map_or(cpu.clone(), |c| {
+                format!("{cpu}, PostgreSQL backends {c:.0} µs per row")
+            });
             let commits = if raw.commit == "round" {
                 "a commit per round of turns"
             } else {

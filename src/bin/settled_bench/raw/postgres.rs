@@ -79,6 +79,7 @@ pub async fn run(url: &str, cycle: Cycle) -> Res<RawResult> {
         cycle.w.receipts,
         Arc::new(move || (shown.done.load(Ordering::Relaxed), String::new())),
     );
+    let db_cpu = crate::db_cpu::DbCpu::start(url).await;
     let phase = Phase::start();
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..cycle.w.workers.max(1) {
@@ -86,7 +87,11 @@ pub async fn run(url: &str, cycle: Cycle) -> Res<RawResult> {
         tasks.spawn(async move { worker(&pool, &cycle, format!("raw-{k}")).await });
     }
     let joined = join(&mut tasks).await;
-    let measured = phase.finish(&cycle);
+    let mut measured = phase.finish(&cycle);
+    measured.db_cpu_s = match db_cpu {
+        Some(d) => d.finish().await,
+        None => None,
+    };
     ticker.abort();
     joined?;
     let end: EndCounts = sqlx::query_as(END_COUNTS).fetch_one(&pool).await?;
