@@ -1,17 +1,23 @@
 //! `settled-bench`: enqueue receipts, settle them with concurrent HTTP
 //! workers, measure throughput and latency, check that nothing was lost or
 //! settled twice, and compare with the same workload driven straight through
-//! the store in-process.
+//! the store in-process and, with `--raw`, as plain SQL (the ceiling).
 //!
 //! Build first: `cargo build --release --bins`, then e.g.
 //! `target/release/settled-bench --spawn sqlite --receipts 50000 --workers 8 --batch 256`.
 
 #[path = "settled_bench/common.rs"]
 mod common;
+#[path = "settled_bench/cpu.rs"]
+mod cpu;
+#[path = "settled_bench/db_cpu.rs"]
+mod db_cpu;
 #[path = "settled_bench/http.rs"]
 mod http;
 #[path = "settled_bench/inproc.rs"]
 mod inproc;
+#[path = "settled_bench/raw.rs"]
+mod raw;
 #[path = "settled_bench/report.rs"]
 mod report;
 #[path = "settled_bench/server.rs"]
@@ -94,6 +100,18 @@ struct Args {
     /// Skip the in-process comparison.
     #[arg(long)]
     no_inprocess: bool,
+    /// Also run the same lease cycle as plain SQL on a fresh database of the
+    /// same backend (no HTTP, no settled code) and report settled's share of it.
+    #[arg(long)]
+    raw: bool,
+    /// Workers of the plain-SQL run (default: --workers). On SQLite they take
+    /// turns on one connection; 1 claims and completes one batch at a time.
+    #[arg(long, requires = "raw")]
+    raw_workers: Option<usize>,
+    /// SQLite plain-SQL run: commit every claim and every completion on its
+    /// own, instead of one commit per round of the workers' turns.
+    #[arg(long, requires = "raw")]
+    raw_commit_each: bool,
     /// Print one JSON object on stdout (the summary then goes to stderr).
     #[arg(long)]
     json: bool,
@@ -246,6 +264,11 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         }),
     );
     let pacer = args.rate.map(|r| Arc::new(Pacer::new(r)));
+    // The spawned server's database is the first one made.
+    let db_cpu = match (&server, dbs.first()) {
+        (Some(_), Some(db)) => db_cpu::DbCpu::start(db.url()).await,
+        _ => None,
+    };
     let cpu_before = server.as_ref().and_then(Server::cpu_s);
     let started = Instant::now();
     let stats = settle::run(&api, &ids, &ledger, &w, pacer).await;
@@ -255,6 +278,10 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         .and_then(Server::cpu_s)
         .zip(cpu_before)
         .map(|(after, before)| after - before);
+    let db_cpu_s = match db_cpu {
+        Some(d) => d.finish().await,
+        None => None,
+    };
     ticker.abort();
     let stats = stats?;
 
@@ -288,6 +315,18 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         failures.extend(result.failures.iter().cloned());
         Some(result)
     };
+    let raw = if args.raw {
+        let url = fresh(&backend, args, dbs).await?;
+        let w = Workload {
+            workers: args.raw_workers.unwrap_or(w.workers).max(1),
+            ..w.clone()
+        };
+        let result = raw::run(&url, &w, policy, args.raw_commit_each).await?;
+        failures.extend(result.failures.iter().cloned());
+        Some(result)
+    } else {
+        None
+    };
 
     let claim = stats.claim.finish();
     let outcome = stats.outcome.finish();
@@ -320,6 +359,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         errors: Ledger::get(&ledger.errors),
         foreign_claims: Ledger::get(&ledger.foreign),
         server_cpu_s,
+        db_cpu_s,
         peak_rss_mb,
         verified_receipts,
         counts_before: serde_json::to_value(before)?,
@@ -327,6 +367,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         inprocess_settled_per_sec: inprocess.as_ref().map(|r| r.settled_per_sec),
         inprocess_enqueued_per_sec: inprocess.as_ref().map(|r| r.enqueued_per_sec),
         inprocess_elapsed_s: inprocess.as_ref().map(|r| r.elapsed_s),
+        raw,
         failures,
         total_elapsed_s: begun.elapsed().as_secs_f64(),
     })

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::common::Latencies;
+use super::raw::RawResult;
 
 /// Everything measured.
 pub struct Report {
@@ -34,6 +35,8 @@ pub struct Report {
     pub errors: u64,
     pub foreign_claims: u64,
     pub server_cpu_s: Option<f64>,
+    /// CPU of the PostgreSQL backends serving the spawned server, while settling.
+    pub db_cpu_s: Option<f64>,
     pub peak_rss_mb: Option<f64>,
     pub verified_receipts: usize,
     pub counts_before: Value,
@@ -41,6 +44,8 @@ pub struct Report {
     pub inprocess_settled_per_sec: Option<f64>,
     pub inprocess_enqueued_per_sec: Option<f64>,
     pub inprocess_elapsed_s: Option<f64>,
+    /// The plain-SQL run (`--raw`).
+    pub raw: Option<RawResult>,
     pub failures: Vec<String>,
     pub total_elapsed_s: f64,
 }
@@ -59,6 +64,26 @@ impl Report {
         self.inprocess_settled_per_sec
             .filter(|r| *r > 0.0)
             .map(|r| self.settled_per_sec / r)
+    }
+
+    /// Settled's settle rate as a share of the plain-SQL one.
+    pub fn settled_over_raw(&self) -> Option<f64> {
+        self.raw
+            .as_ref()
+            .filter(|r| r.per_sec > 0.0)
+            .map(|r| self.settled_per_sec / r.per_sec)
+    }
+
+    /// Server CPU (user + system) per finished receipt while settling, in µs.
+    pub fn server_cpu_us_per_receipt(&self) -> Option<f64> {
+        let finished = self.settled + self.skipped + self.dead_lettered;
+        super::cpu::us_per(self.server_cpu_s, finished)
+    }
+
+    /// PostgreSQL backends' CPU per finished receipt while settling, in µs.
+    pub fn db_cpu_us_per_receipt(&self) -> Option<f64> {
+        let finished = self.settled + self.skipped + self.dead_lettered;
+        super::cpu::us_per(self.db_cpu_s, finished)
     }
 
     pub fn json(&self) -> Value {
@@ -97,6 +122,8 @@ impl Report {
             "errors": self.errors,
             "foreign_claims": self.foreign_claims,
             "server_cpu_s": self.server_cpu_s.map(|c| round(c, 2)),
+            "server_cpu_us_per_receipt": self.server_cpu_us_per_receipt().map(|c| round(c, 1)),
+            "db_cpu_us_per_receipt": self.db_cpu_us_per_receipt().map(|c| round(c, 1)),
             "peak_rss_mb": self.peak_rss_mb.map(|m| round(m, 1)),
             "verified_receipts": self.verified_receipts,
             "counts_before": self.counts_before,
@@ -107,6 +134,15 @@ impl Report {
             "inprocess_enqueued_per_sec": self.inprocess_enqueued_per_sec.map(|r| round(r, 1)),
             "inprocess_elapsed_s": self.inprocess_elapsed_s.map(|r| round(r, 3)),
             "http_over_inprocess": self.http_over_inprocess().map(|r| round(r, 3)),
+            "raw_per_sec": self.raw.as_ref().map(|r| round(r.per_sec, 1)),
+            "raw_workers": self.raw.as_ref().map(|r| r.workers),
+            "raw_commit": self.raw.as_ref().map(|r| r.commit),
+            "raw_enqueued_per_sec": self.raw.as_ref().map(|r| round(r.enqueued_per_sec, 1)),
+            "raw_elapsed_s": self.raw.as_ref().map(|r| round(r.elapsed_s, 3)),
+            "raw_retries": self.raw.as_ref().map(|r| r.retries),
+            "raw_cpu_us_per_row": self.raw.as_ref().and_then(|r| r.cpu_us_per_row.map(|c| round(c, 1))),
+            "raw_db_cpu_us_per_row": self.raw.as_ref().and_then(|r| r.db_cpu_us_per_row.map(|c| round(c, 1))),
+            "settled_over_raw": self.settled_over_raw().map(|r| round(r, 3)),
             "invariants_ok": self.invariants_ok(),
             "invariant_failures": self.failures,
             "total_elapsed_s": round(self.total_elapsed_s, 3),
@@ -182,11 +218,15 @@ impl Report {
         if let Some(rss) = self.peak_rss_mb {
             let cpu = self.server_cpu_s.map_or_else(String::new, |c| {
                 format!(
-                    ", {c:.1} s CPU while settling ({:.0}% of a core)",
-                    100.0 * c / self.elapsed_s
+                    ", {c:.1} s CPU while settling ({:.0}% of a core, {:.0} µs per receipt)",
+                    100.0 * c / self.elapsed_s,
+                    self.server_cpu_us_per_receipt().unwrap_or(0.0)
                 )
             });
-            line(format!("  server     peak RSS {rss:.1} MB{cpu}"));
+            let db = self.db_cpu_us_per_receipt().map_or_else(String::new, |c| {
+                format!("; its PostgreSQL backends {c:.0} µs per receipt")
+            });
+            line(format!("  server     peak RSS {rss:.1} MB{cpu}{db}"));
         }
         if self.foreign_claims > 0 {
             line(format!(
@@ -200,6 +240,23 @@ impl Report {
                 self.inprocess_enqueued_per_sec.unwrap_or(0.0)
             )),
             _ => line("  in-process skipped".into()),
+        }
+        if let (Some(raw), Some(share)) = (&self.raw, self.settled_over_raw()) {
+            let cpu = raw
+                .cpu_us_per_row
+                .map_or_else(String::new, |c| format!(", bench CPU {c:.0} µs per row"));
+            let cpu = raw.db_cpu_us_per_row.map_or(cpu.clone(), |c| {
+                format!("{cpu}, PostgreSQL backends {c:.0} µs per row")
+            });
+            let commits = if raw.commit == "round" {
+                "a commit per round of turns"
+            } else {
+                "a commit per claim and per completion"
+            };
+            line(format!(
+                "  raw SQL    {:>9.0}/s settle, {:.0}/s enqueue (plain SQL, {} workers, {commits}{cpu})  ->  settled/raw {share:.2}",
+                raw.per_sec, raw.enqueued_per_sec, raw.workers
+            ));
         }
         if self.invariants_ok() {
             line(format!(

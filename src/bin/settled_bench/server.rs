@@ -182,12 +182,7 @@ impl Server {
 
     /// CPU time used so far (user + system), in seconds.
     pub fn cpu_s(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
-        // Fields after the command name, which ends with the last `)`.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: f64 =
-            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-        Some(ticks / 100.0)
+        super::cpu::cpu_s(Some(self.pid))
     }
 
     /// SIGTERM, then wait (at most 10 s, then kill). Returns whether it exited 0.
