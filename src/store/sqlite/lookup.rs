@@ -50,7 +50,7 @@ pub fn rows_by_id<'a>(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         receipt_columns!(),
-        " FROM receipts WHERE receipt_id IN (SELECT value FROM json_each(?1))"
+        " FROM receipts WHERE receipt_id IN (SELECT value FROM jsonb_each(?1))"
     ))?;
     let rows = stmt.query_map([ids], receipt_row)?;
     let mut found = HashMap::new();
@@ -109,7 +109,7 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
         "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
          transcript_id, reason, worker_id, observed_at_ms, route) \
          SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-         value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM json_each(?1) ORDER BY key",
+         value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM jsonb_each(?1) ORDER BY key",
     )?;
     let inserted = stmt.execute([json(&rows)?])?;
     if inserted != entries.len() {
@@ -120,7 +120,8 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
     Ok(())
 }
 
-/// A batch as the JSON text `json_each` reads.
+/// A batch as the JSON text `jsonb_each` reads (`jsonb_each` rather than
+/// `json_each`: each element stays binary, so `->>` does not parse it again).
 pub fn json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
     serde_json::to_string(value)
         .map_err(|e| SettlementRouteError::backend(format!("encoding a batch: {e}")))

@@ -2,7 +2,7 @@
 //! group-commit writer (see `group`) inside the group's transaction.
 //!
 //! A batch costs a constant number of statements whatever its size: the
-//! batch travels as one JSON array read by `json_each`, one guarded `UPDATE`
+//! batch travels as one JSON array read by `jsonb_each`, one guarded `UPDATE`
 //! repeats the whole claim compare-and-swap per row, one `INSERT … SELECT`
 //! writes the history, and only the rows that missed are read back to
 //! explain each refusal.
@@ -67,7 +67,7 @@ fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
 }
 
 /// Store receipts; each is judged on its own. Two statements whatever the
-/// batch size: one `INSERT … SELECT FROM json_each … ON CONFLICT DO NOTHING`
+/// batch size: one `INSERT … SELECT FROM jsonb_each … ON CONFLICT DO NOTHING`
 /// that returns the ids it created, and one read of the rows that already
 /// existed, whose identity is then compared in Rust.
 pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqueued>> {
@@ -98,7 +98,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
              row_version, next_visible_at_ms, created_at_ms) \
              SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
-             value ->> 4 FROM json_each(?1) WHERE true ORDER BY key \
+             value ->> 4 FROM jsonb_each(?1) WHERE true ORDER BY key \
              ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
         )?;
         stmt.query_map([&rows], |r| r.get(0))?
@@ -193,7 +193,7 @@ pub fn claim_receipt(
 
 /// Claim due rows in order, all or nothing; also counts expired leases taken
 /// over. Two statements whatever the batch size: pick the rows on the claim
-/// index, then lease them all with one `UPDATE … FROM json_each`, each with
+/// index, then lease them all with one `UPDATE … FROM jsonb_each`, each with
 /// its own token from the OS CSPRNG.
 pub fn claim_due(
     conn: &Connection,
@@ -234,7 +234,7 @@ pub fn claim_due(
         let mut stmt = conn.prepare_cached(concat!(
             "UPDATE receipts SET row_version = c.version, lease_owner = ?1, lease_token = c.token, \
              lease_until_ms = ?2 FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, \
-             value ->> 2 AS token FROM json_each(?3)) AS c \
+             value ->> 2 AS token FROM jsonb_each(?3)) AS c \
              WHERE receipts.receipt_id = c.id AND receipts.row_version + 1 = c.version \
              AND +status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
             receipt_columns!()
@@ -265,7 +265,7 @@ pub fn claim_due(
     Ok((claims, expired))
 }
 
-/// The claim's six fields and the check time, as `json_each` columns 0..=7.
+/// The claim's six fields and the check time, as `jsonb_each` columns 0..=7.
 type CasRow<'a> = (&'a str, i64, i64, i64, &'a str, &'a str, i64, i64);
 
 fn cas_row(claim: &SettlementAttemptClaim, at_ms: u64) -> StoreResult<CasRow<'_>> {
@@ -291,7 +291,7 @@ macro_rules! cas_from_batch {
              value ->> 3 AS rv, value ->> 4 AS owner, value ->> 5 AS token, \
              value ->> 6 AS until, value ->> 7 AS at",
             $extra,
-            " FROM json_each(?1)) AS b WHERE receipts.receipt_id = b.id \
+            " FROM jsonb_each(?1)) AS b WHERE receipts.receipt_id = b.id \
              AND +receipts.status = 'active' AND receipts.finalized_at = b.fin \
              AND receipts.attempts = b.att AND receipts.row_version = b.rv \
              AND receipts.lease_owner = b.owner AND receipts.lease_token = b.token \
@@ -300,7 +300,7 @@ macro_rules! cas_from_batch {
     };
 }
 
-/// The new column values of an outcome, as `json_each` columns 8..=15:
+/// The new column values of an outcome, as `jsonb_each` columns 8..=15:
 /// status, transcript, skip reason, attempts (null: unchanged), next visible,
 /// failure code and digest (null: unchanged), finished at.
 type ChangeRow<'a> = (
