@@ -191,6 +191,14 @@ pub fn claim_receipt(
     })
 }
 
+/// The due rows to claim, in claim order. `INDEXED BY`: the planner would
+/// otherwise sort every active row. `CAST` on the limit: a bare bound `LIMIT`
+/// makes SQLite prepare the statement again at every call.
+const PICK_DUE: &str = "SELECT receipt_id, row_version, lease_until_ms FROM receipts \
+     INDEXED BY receipts_due WHERE status = 'active' AND next_visible_at_ms <= ?1 \
+     AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
+     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
+
 /// Claim due rows in order, all or nothing; also counts expired leases taken
 /// over. Two statements whatever the batch size: pick the rows on the claim
 /// index, then lease them all with one `UPDATE … FROM jsonb_each`, each with
@@ -202,14 +210,8 @@ pub fn claim_due(
     until: i64,
     limit: ClaimLimit,
 ) -> StoreResult<(Vec<SettlementAttemptClaim>, u64)> {
-    // INDEXED BY: the planner would otherwise sort every active row.
     let picked: Vec<(String, i64, Option<i64>)> = {
-        let mut stmt = conn.prepare_cached(
-            "SELECT receipt_id, row_version, lease_until_ms FROM receipts INDEXED BY receipts_due \
-             WHERE status = 'active' AND next_visible_at_ms <= ?1 \
-             AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
-             ORDER BY next_visible_at_ms, receipt_id LIMIT ?2",
-        )?;
+        let mut stmt = conn.prepare_cached(PICK_DUE)?;
         stmt.query_map(
             rusqlite::params![now, i64::try_from(limit.get()).unwrap_or(i64::MAX)],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -667,7 +669,7 @@ pub fn purge(conn: &Connection, before: i64, limit: usize) -> StoreResult<u64> {
     let deleted = conn
         .prepare_cached(
             "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
-             WHERE status IN ('settled', 'skipped') AND finished_at_ms < ?1 LIMIT ?2)",
+             WHERE status IN ('settled', 'skipped') AND finished_at_ms < ?1 LIMIT CAST(?2 AS INTEGER))",
         )?
         .execute(rusqlite::params![
             before,
@@ -678,7 +680,23 @@ pub fn purge(conn: &Connection, before: i64, limit: usize) -> StoreResult<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::rounds;
+    use super::{PICK_DUE, claim_due, rounds};
+    use crate::domain::{ClaimLimit, WorkerId};
+
+    #[test]
+    fn the_claim_statement_is_prepared_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let conn = rusqlite::Connection::open(dir.path().join("plan.db")).expect("open");
+        conn.execute_batch(include_str!("../../../migrations/sqlite/0001_init.sql"))
+            .expect("schema");
+        let worker = WorkerId::parse("w").expect("worker");
+        for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
+            let limit = ClaimLimit::try_from(limit).expect("limit");
+            claim_due(&conn, &worker, now, now + 100, limit).expect("claim");
+        }
+        let stmt = conn.prepare_cached(PICK_DUE).expect("cached");
+        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+    }
 
     #[test]
     fn repeated_ids_go_to_later_rounds_in_arrival_order() {
