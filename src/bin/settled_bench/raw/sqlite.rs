@@ -27,7 +27,7 @@ const INSERT: &str = "INSERT INTO receipts (receipt_id, finalized_at, observatio
 const PICK: &str = "SELECT receipt_id, attempts FROM receipts INDEXED BY receipts_due \
      WHERE status = 'active' AND next_visible_at_ms <= ?1 \
      AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
-     ORDER BY next_visible_at_ms, receipt_id LIMIT ?2";
+     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
 
 const LEASE: &str = "UPDATE receipts SET row_version = row_version + 1, lease_owner = ?1, \
      lease_token = ?2, lease_until_ms = ?3 WHERE receipt_id = ?4";
