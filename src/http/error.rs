@@ -81,6 +81,16 @@ impl ApiError {
         )
     }
 
+    /// 400: not JSON, or nested deeper than the parser allows.
+    pub fn malformed(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            "validation",
+            detail,
+        )
+    }
+
     /// The status this error answers with.
     #[must_use]
     pub const fn status(&self) -> StatusCode {
@@ -137,12 +147,7 @@ impl From<JsonRejection> for ApiError {
         let text = rejection.body_text();
         match rejection {
             JsonRejection::JsonDataError(_) => Self::validation("invalid_body", text),
-            JsonRejection::JsonSyntaxError(_) => Self::new(
-                StatusCode::BAD_REQUEST,
-                "malformed_json",
-                "validation",
-                text,
-            ),
+            JsonRejection::JsonSyntaxError(_) => Self::malformed(text),
             JsonRejection::MissingJsonContentType(_) => Self::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",

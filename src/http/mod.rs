@@ -11,6 +11,7 @@ mod observe;
 mod ops;
 mod outcomes;
 mod receipts;
+mod strict_json;
 pub mod wire;
 
 use std::sync::Arc;
