@@ -1,4 +1,6 @@
-//! Start-up and graceful shutdown.
+//! Start-up, connections and graceful shutdown.
+
+mod connections;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -70,14 +72,16 @@ pub async fn run(
             rx.clone(),
         ));
     }
-    let state = AppState::new(store, policy, Arc::new(SystemClock), rx).with_tokens(tokens);
-    serve(listener, state, async move {
+    let state = AppState::new(store, policy, Arc::new(SystemClock), rx)
+        .with_tokens(tokens);
+    let stop = async move {
         stop.await;
         tracing::info!("shutting down: finishing requests in flight");
         let _ = tx.send(true);
-    })
-    .await
-    .map_err(StartError::Serve)
+    };
+    serve_with(listener, state, stop, args.limits())
+        .await
+        .map_err(StartError::Serve)
 }
 
 /// How long shutdown waits for open connections once `stop` has resolved.
@@ -86,31 +90,82 @@ pub async fn run(
 /// head cannot keep the process alive forever.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(REQUEST_TIMEOUT.as_secs() + 5);
 
+/// Default of `--idle-timeout`.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default of `--max-connections`: with the usual soft limit of 1024 open
+/// files this leaves room for the database, logs and a margin.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Longest pause of the accept loop after `accept` fails (out of file
+/// descriptors and the like).
+const ACCEPT_BACKOFF_CAP: Duration = Duration::from_secs(1);
+
+/// What the server allows each connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A connection on which no request has run for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; see [`serve_with`] for what happens at the cap.
+    pub max_connections: usize,
+    /// How long shutdown waits for connections still open.
+    pub grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            idle_timeout: IDLE_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+            grace: SHUTDOWN_GRACE,
+        }
+    }
+}
+
 /// Serve `state` on `listener` until `stop` resolves, then finish requests in flight.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with_grace(listener, state, stop, SHUTDOWN_GRACE).await
+    serve_with(listener, state, stop, Limits::default()).await
 }
 
 /// [`serve`], giving connections still open `grace` after `stop` resolved
 /// before returning anyway (the connections left are dropped with the runtime).
-///
-/// hyper is driven directly (not through `axum::serve`) so that a client which
-/// sends half a request head and then nothing is cut off after
-/// [`HEADER_READ_TIMEOUT`] instead of holding a connection forever.
 pub async fn serve_with_grace(
     listener: TcpListener,
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
+    let limits = Limits {
+        grace,
+        ..Limits::default()
+    };
+    serve_with(listener, state, stop, limits).await
+}
+
+/// [`serve`] with explicit [`Limits`].
+///
+/// hyper is driven directly (not through `axum::serve`) so that the server
+/// decides when a connection ends: a client that sends half a request head
+/// is cut off after [`HEADER_READ_TIMEOUT`]; a connection on which no request
+/// runs for `idle_timeout` (one that never sends anything, an idle keep-alive
+/// or HTTP/2 connection) is closed; and at `max_connections` a new connection
+/// makes room by closing the connection idle longest, or, when every
+/// connection has a request running, is closed at once. When `accept` fails
+/// (out of file descriptors) the longest idle connection is closed too and
+/// the loop backs off instead of spinning.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    stop: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
     use hyper_util::server::graceful::GracefulShutdown;
-    use hyper_util::service::TowerToHyperService;
 
     let router = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
@@ -119,32 +174,69 @@ pub async fn serve_with_grace(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = GracefulShutdown::new();
+    let registry = connections::Registry::new();
+    let mut backoff = Duration::ZERO;
+    let mut failures = AcceptFailures::default();
     tokio::pin!(stop);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait, do not spin.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let service = TowerToHyperService::new(router.clone());
-                let connection = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-            }
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut stop => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff = Duration::ZERO;
+                stream
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: free one if an idle
+                // connection holds it, and wait longer each time, not spin.
+                registry.close_longest_idle();
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), ACCEPT_BACKOFF_CAP);
+                failures.record(&e);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => continue,
+                    () = &mut stop => break,
+                }
+            }
+        };
+        if registry.len() >= limits.max_connections && !registry.close_longest_idle() {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection refused: at the connection cap and every connection is busy"
+            );
+            drop(stream);
+            continue;
         }
+        let connection = registry.open();
+        let service = {
+            let (router, connection) = (router.clone(), connection.clone());
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let busy = connection.busy();
+                let response =
+                    tower::ServiceExt::oneshot(router.clone(), request.map(axum::body::Body::new));
+                async move {
+                    let response = response.await;
+                    drop(busy);
+                    response
+                }
+            })
+        };
+        let served = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let served = graceful.watch(served);
+        let idle_timeout = limits.idle_timeout;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = served => {}
+                // Dropping the connection closes its socket.
+                () = connection.closing(idle_timeout) => {}
+            }
+        });
     }
     drop(listener);
+    let grace = limits.grace;
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(grace) => {
@@ -156,6 +248,34 @@ pub async fn serve_with_grace(
         }
     }
     Ok(())
+}
+
+/// Failed accepts, logged at most once a second so that a flood of
+/// connections while out of file descriptors does not flood the log too.
+#[derive(Default)]
+struct AcceptFailures {
+    logged_at: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl AcceptFailures {
+    fn record(&mut self, error: &std::io::Error) {
+        self.unlogged += 1;
+        if self
+            .logged_at
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        tracing::warn!(
+            error = %error,
+            failures = self.unlogged,
+            "accept failed (out of file descriptors? raise `ulimit -n` or lower --max-connections); \
+             closing the connection idle longest"
+        );
+        self.logged_at = Some(std::time::Instant::now());
+        self.unlogged = 0;
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
