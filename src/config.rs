@@ -102,6 +102,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLED_MAX_CONNECTIONS", default_value_t = crate::server::MAX_CONNECTIONS,
         value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     pub max_connections: usize,
+    /// Without tokens, a host name (besides localhost and loopback addresses) that requests
+    /// may name in `Host`, e.g. `settled.internal`; repeatable.
+    #[arg(
+        long = "allowed-host",
+        env = "SETTLED_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// An idle timeout: a duration of 1 s ..= 1 h.

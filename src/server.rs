@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::clock::SystemClock;
 use crate::config::ServeArgs;
 use crate::http::auth::Tokens;
+use crate::http::origin::AllowedHosts;
 use crate::http::{AppState, REQUEST_TIMEOUT, app};
 use crate::store::open_store;
 
@@ -34,6 +35,8 @@ pub enum StartError {
          SETTLED_TOKENS=ROLE:TOKEN,ROLE:TOKEN (roles: producer, worker, reader, operator)"
     )]
     AnonymousNonLoopback(std::net::SocketAddr),
+    #[error("invalid --allowed-host: {0}")]
+    AllowedHost(String),
     #[error("invalid token: {0}")]
     Token(#[from] crate::http::auth::TokenError),
     #[error("server failed: {0}")]
@@ -54,6 +57,7 @@ pub async fn run(
     if tokens.is_empty() && !args.listen.ip().is_loopback() {
         return Err(StartError::AnonymousNonLoopback(args.listen));
     }
+    let hosts = AllowedHosts::loopback_and(&args.allowed_hosts).map_err(StartError::AllowedHost)?;
     let store = open_store(&args.database_url, &args.postgres()).await?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -73,7 +77,8 @@ pub async fn run(
         ));
     }
     let state = AppState::new(store, policy, Arc::new(SystemClock), rx)
-        .with_tokens(tokens);
+        .with_tokens(tokens)
+        .with_allowed_hosts(hosts);
     let stop = async move {
         stop.await;
         tracing::info!("shutting down: finishing requests in flight");

@@ -65,7 +65,7 @@ fn slow_upload(
     let mut stream = TcpStream::connect(address).map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let head = format!(
-        "POST /v1/receipts HTTP/1.1\r\nHost: settled\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/receipts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream
@@ -448,7 +448,7 @@ async fn a_half_sent_request_does_not_keep_the_process_alive_after_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
     let server = start(dir.path());
     let mut half = TcpStream::connect(&server.address).expect("connect");
-    half.write_all(b"POST /v1/receipts HTTP/1.1\r\nHost: settled\r\nContent-Ty")
+    half.write_all(b"POST /v1/receipts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
         .expect("write");
     let http = client();
     let r = http

@@ -91,6 +91,17 @@ impl ApiError {
         )
     }
 
+    /// 415: a state-changing request not sent as JSON.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "validation",
+            "send the request with Content-Type: application/json (every POST, PUT, PATCH and \
+             DELETE; a request without a body, such as a redrive, too)",
+        )
+    }
+
     /// The status this error answers with.
     #[must_use]
     pub const fn status(&self) -> StatusCode {
@@ -148,12 +159,7 @@ impl From<JsonRejection> for ApiError {
         match rejection {
             JsonRejection::JsonDataError(_) => Self::validation("invalid_body", text),
             JsonRejection::JsonSyntaxError(_) => Self::malformed(text),
-            JsonRejection::MissingJsonContentType(_) => Self::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "validation",
-                "send the body as JSON with Content-Type: application/json",
-            ),
+            JsonRejection::MissingJsonContentType(_) => Self::unsupported_media_type(),
             other if body_timed_out(&other) => Self::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "request_timeout",
