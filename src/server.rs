@@ -168,18 +168,21 @@ pub async fn serve_with(
     stop: impl Future<Output = ()> + Send + 'static,
     limits: Limits,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::rt::TokioTimer;
     use hyper_util::server::conn::auto::Builder;
-    use hyper_util::server::graceful::GracefulShutdown;
 
-    let router = app(state);
-    let mut builder = Builder::new(TokioExecutor::new());
+    let mut builder = Builder::new(hyper_util::rt::TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
-    let graceful = GracefulShutdown::new();
-    let registry = connections::Registry::new();
+    let server = Arc::new(Shared {
+        router: app(state),
+        builder,
+        registry: connections::Registry::new(),
+        limits,
+        stopping: watch::channel(false).0,
+    });
     let mut backoff = Duration::ZERO;
     let mut failures = AcceptFailures::default();
     tokio::pin!(stop);
@@ -188,34 +191,84 @@ pub async fn serve_with(
             accepted = listener.accept() => accepted,
             () = &mut stop => break,
         };
-        let stream = match accepted {
+        match accepted {
             Ok((stream, _)) => {
                 backoff = Duration::ZERO;
-                stream
+                server.serve(stream);
             }
             Err(e) => {
                 // Out of file descriptors and the like: free one if an idle
                 // connection holds it, and wait longer each time, not spin.
-                registry.close_longest_idle();
+                server.registry.close_longest_idle();
                 backoff = (backoff * 2).clamp(Duration::from_millis(10), ACCEPT_BACKOFF_CAP);
                 failures.record(&e);
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => continue,
+                    () = tokio::time::sleep(backoff) => {}
                     () = &mut stop => break,
                 }
             }
-        };
-        if registry.len() >= limits.max_connections && !registry.close_longest_idle() {
+        }
+    }
+    // Connections the kernel completed before the listener closes are
+    // clients that already sent (or are sending) a request: serve them too,
+    // rather than resetting them with the listener.
+    let listener = listener.into_std()?;
+    while let Ok((stream, _)) = listener.accept() {
+        if stream.set_nonblocking(true).is_ok()
+            && let Ok(stream) = tokio::net::TcpStream::from_std(stream)
+        {
+            server.serve(stream);
+        }
+    }
+    drop(listener);
+    let _ = server.stopping.send(true);
+    let grace = server.limits.grace;
+    let deadline = tokio::time::Instant::now() + grace;
+    while !server.registry.is_empty() {
+        if tokio::time::Instant::now() >= deadline {
             tracing::warn!(
-                max_connections = limits.max_connections,
+                grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                open = server.registry.len(),
+                "connections still open after the shutdown grace period \
+                 (clients that never finished a request); exiting"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// How long a connection accepted before shutdown, on which no request has
+/// started yet, may take to start one once shutdown begins. Its request is
+/// most likely already on the way; a silent one is closed after this.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(5);
+
+/// What every connection of one server shares.
+struct Shared {
+    router: axum::Router,
+    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    registry: Arc<connections::Registry>,
+    limits: Limits,
+    stopping: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Serve one accepted connection on its own task, within the limits.
+    fn serve(self: &Arc<Self>, stream: tokio::net::TcpStream) {
+        use hyper_util::rt::TokioIo;
+
+        if self.registry.len() >= self.limits.max_connections && !self.registry.close_longest_idle()
+        {
+            tracing::warn!(
+                max_connections = self.limits.max_connections,
                 "connection refused: at the connection cap and every connection is busy"
             );
-            drop(stream);
-            continue;
+            return;
         }
-        let connection = registry.open();
+        let connection = self.registry.open();
         let service = {
-            let (router, connection) = (router.clone(), connection.clone());
+            let (router, connection) = (self.router.clone(), connection.clone());
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let busy = connection.busy();
                 let response =
@@ -227,32 +280,32 @@ pub async fn serve_with(
                 }
             })
         };
-        let served = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let served = graceful.watch(served);
-        let idle_timeout = limits.idle_timeout;
+        let server = self.clone();
         tokio::spawn(async move {
+            let served = server
+                .builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(served);
+            let idle_timeout = server.limits.idle_timeout;
+            let mut stopping = server.stopping.subscribe();
+            // Dropping the connection (returning) closes its socket.
             tokio::select! {
-                _ = served => {}
-                // Dropping the connection closes its socket.
-                () = connection.closing(idle_timeout) => {}
+                _ = served.as_mut() => return,
+                () = connection.closing(idle_timeout) => return,
+                _ = stopping.wait_for(|s| *s) => {}
             }
+            if !connection.has_started_a_request() {
+                tokio::select! {
+                    _ = served.as_mut() => return,
+                    () = connection.closing(idle_timeout) => return,
+                    () = connection.first_request(FIRST_REQUEST_GRACE) => {}
+                }
+            }
+            // Finish the request in progress, then close.
+            served.as_mut().graceful_shutdown();
+            let _ = served.await;
         });
     }
-    drop(listener);
-    let grace = limits.grace;
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(grace) => {
-            tracing::warn!(
-                grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
-                "connections still open after the shutdown grace period \
-                 (clients that never finished a request); exiting"
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Failed accepts, logged at most once a second so that a flood of

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 pub struct Connection {
     id: u64,
     busy: AtomicUsize,
+    requests: AtomicU64,
     /// Milliseconds after the registry's start at which it last became idle.
     idle_since_ms: AtomicU64,
     close: Notify,
@@ -46,7 +47,21 @@ impl Connection {
     /// Mark a request handler as running until the guard is dropped.
     pub fn busy(self: &Arc<Self>) -> Busy {
         self.busy.fetch_add(1, Ordering::AcqRel);
+        self.requests.fetch_add(1, Ordering::AcqRel);
         Busy(self.clone())
+    }
+
+    /// Whether a request has ever run on this connection.
+    pub fn has_started_a_request(&self) -> bool {
+        self.requests.load(Ordering::Acquire) > 0
+    }
+
+    /// Resolves once a request has started on this connection, or after `limit`.
+    pub async fn first_request(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.has_started_a_request() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     fn idle_for_ms(&self) -> Option<u64> {
@@ -116,6 +131,7 @@ impl Registry {
         let connection = Arc::new(Connection {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             busy: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
             idle_since_ms: AtomicU64::new(self.now_ms()),
             close: Notify::new(),
             registry: self.clone(),
@@ -134,6 +150,12 @@ impl Registry {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
+    }
+
+    /// Whether no connection is open.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Ask the connection idle longest to close. False when every open
