@@ -13,6 +13,7 @@ pub mod origin;
 mod outcomes;
 mod receipts;
 mod strict_json;
+mod waiting;
 pub mod wire;
 
 use std::sync::Arc;
@@ -54,6 +55,7 @@ pub struct AppState {
     tokens: auth::Tokens,
     allowed_hosts: origin::AllowedHosts,
     metrics: metrics::SharedMetrics,
+    waits: Arc<waiting::Waits>,
 }
 
 impl AppState {
@@ -75,6 +77,7 @@ impl AppState {
             tokens: auth::Tokens::default(),
             allowed_hosts: origin::AllowedHosts::loopback(),
             metrics: Arc::default(),
+            waits: Arc::default(),
         }
     }
 
