@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::domain::RetryPolicy;
@@ -91,6 +92,35 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, env = "SETTLED_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Close a connection on which no request has run for this long (a client that connects and
+    /// sends nothing, an idle keep-alive or HTTP/2 connection), e.g. `60s`.
+    #[arg(long, env = "SETTLED_IDLE_TIMEOUT", value_parser = parse_idle_timeout, default_value = "60s")]
+    pub idle_timeout: std::time::Duration,
+    /// Most connections open at once (1..=1000000). At the cap a new connection closes the one
+    /// idle longest; when every connection has a request running it is closed at once. Keep the
+    /// open-files limit (`ulimit -n`) above this plus 64.
+    #[arg(long, env = "SETTLED_MAX_CONNECTIONS", default_value_t = crate::server::MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+    pub max_connections: usize,
+    /// Without tokens, a host name (besides localhost and loopback addresses) that requests
+    /// may name in `Host`, e.g. `settled.internal`; repeatable.
+    #[arg(
+        long = "allowed-host",
+        env = "SETTLED_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+}
+
+/// An idle timeout: a duration of 1 s ..= 1 h.
+fn parse_idle_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration < std::time::Duration::from_secs(1)
+        || duration > std::time::Duration::from_secs(3600)
+    {
+        return Err("the idle timeout must be 1s..=1h".to_owned());
+    }
+    Ok(duration)
 }
 
 impl ServeArgs {
@@ -102,6 +132,16 @@ impl ServeArgs {
             initial_backoff_ms: self.initial_backoff_ms,
             backoff_multiplier: self.backoff_multiplier,
             backoff_cap_ms: self.backoff_cap_ms,
+        }
+    }
+
+    /// Connection limits.
+    #[must_use]
+    pub fn limits(&self) -> crate::server::Limits {
+        crate::server::Limits {
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
+            ..crate::server::Limits::default()
         }
     }
 

@@ -1,4 +1,6 @@
-//! Start-up and graceful shutdown.
+//! Start-up, connections and graceful shutdown.
+
+mod connections;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use tokio::sync::watch;
 use crate::clock::SystemClock;
 use crate::config::ServeArgs;
 use crate::http::auth::Tokens;
+use crate::http::origin::AllowedHosts;
 use crate::http::{AppState, REQUEST_TIMEOUT, app};
 use crate::store::open_store;
 
@@ -32,6 +35,8 @@ pub enum StartError {
          SETTLED_TOKENS=ROLE:TOKEN,ROLE:TOKEN (roles: producer, worker, reader, operator)"
     )]
     AnonymousNonLoopback(std::net::SocketAddr),
+    #[error("invalid --allowed-host: {0}")]
+    AllowedHost(String),
     #[error("invalid token: {0}")]
     Token(#[from] crate::http::auth::TokenError),
     #[error("server failed: {0}")]
@@ -52,6 +57,7 @@ pub async fn run(
     if tokens.is_empty() && !args.listen.ip().is_loopback() {
         return Err(StartError::AnonymousNonLoopback(args.listen));
     }
+    let hosts = AllowedHosts::loopback_and(&args.allowed_hosts).map_err(StartError::AllowedHost)?;
     let store = open_store(&args.database_url, &args.postgres()).await?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -70,14 +76,17 @@ pub async fn run(
             rx.clone(),
         ));
     }
-    let state = AppState::new(store, policy, Arc::new(SystemClock), rx).with_tokens(tokens);
-    serve(listener, state, async move {
+    let state = AppState::new(store, policy, Arc::new(SystemClock), rx)
+        .with_tokens(tokens)
+        .with_allowed_hosts(hosts);
+    let stop = async move {
         stop.await;
         tracing::info!("shutting down: finishing requests in flight");
         let _ = tx.send(true);
-    })
-    .await
-    .map_err(StartError::Serve)
+    };
+    serve_with(listener, state, stop, args.limits())
+        .await
+        .map_err(StartError::Serve)
 }
 
 /// How long shutdown waits for open connections once `stop` has resolved.
@@ -86,76 +95,245 @@ pub async fn run(
 /// head cannot keep the process alive forever.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(REQUEST_TIMEOUT.as_secs() + 5);
 
+/// Default of `--idle-timeout`.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default of `--max-connections`: with the usual soft limit of 1024 open
+/// files this leaves room for the database, logs and a margin.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Longest pause of the accept loop after `accept` fails (out of file
+/// descriptors and the like).
+const ACCEPT_BACKOFF_CAP: Duration = Duration::from_secs(1);
+
+/// What the server allows each connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A connection on which no request has run for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; see [`serve_with`] for what happens at the cap.
+    pub max_connections: usize,
+    /// How long shutdown waits for connections still open.
+    pub grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            idle_timeout: IDLE_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+            grace: SHUTDOWN_GRACE,
+        }
+    }
+}
+
 /// Serve `state` on `listener` until `stop` resolves, then finish requests in flight.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with_grace(listener, state, stop, SHUTDOWN_GRACE).await
+    serve_with(listener, state, stop, Limits::default()).await
 }
 
 /// [`serve`], giving connections still open `grace` after `stop` resolved
 /// before returning anyway (the connections left are dropped with the runtime).
-///
-/// hyper is driven directly (not through `axum::serve`) so that a client which
-/// sends half a request head and then nothing is cut off after
-/// [`HEADER_READ_TIMEOUT`] instead of holding a connection forever.
 pub async fn serve_with_grace(
     listener: TcpListener,
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use hyper_util::server::conn::auto::Builder;
-    use hyper_util::server::graceful::GracefulShutdown;
-    use hyper_util::service::TowerToHyperService;
+    let limits = Limits {
+        grace,
+        ..Limits::default()
+    };
+    serve_with(listener, state, stop, limits).await
+}
 
-    let router = app(state);
-    let mut builder = Builder::new(TokioExecutor::new());
+/// [`serve`] with explicit [`Limits`].
+///
+/// hyper is driven directly (not through `axum::serve`) so that the server
+/// decides when a connection ends: a client that sends half a request head
+/// is cut off after [`HEADER_READ_TIMEOUT`]; a connection on which no request
+/// runs for `idle_timeout` (one that never sends anything, an idle keep-alive
+/// or HTTP/2 connection) is closed; and at `max_connections` a new connection
+/// makes room by closing the connection idle longest, or, when every
+/// connection has a request running, is closed at once. When `accept` fails
+/// (out of file descriptors) the longest idle connection is closed too and
+/// the loop backs off instead of spinning.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    stop: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
+    use hyper_util::rt::TokioTimer;
+    use hyper_util::server::conn::auto::Builder;
+
+    let mut builder = Builder::new(hyper_util::rt::TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
-    let graceful = GracefulShutdown::new();
+    let server = Arc::new(Shared {
+        router: app(state),
+        builder,
+        registry: connections::Registry::new(),
+        limits,
+        stopping: watch::channel(false).0,
+    });
+    let mut backoff = Duration::ZERO;
+    let mut failures = AcceptFailures::default();
     tokio::pin!(stop);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait, do not spin.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let service = TowerToHyperService::new(router.clone());
-                let connection = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-            }
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut stop => break,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                backoff = Duration::ZERO;
+                server.serve(stream);
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: free one if an idle
+                // connection holds it, and wait longer each time, not spin.
+                server.registry.close_longest_idle();
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), ACCEPT_BACKOFF_CAP);
+                failures.record(&e);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = &mut stop => break,
+                }
+            }
+        }
+    }
+    // Connections the kernel completed before the listener closes are
+    // clients that already sent (or are sending) a request: serve them too,
+    // rather than resetting them with the listener.
+    let listener = listener.into_std()?;
+    while let Ok((stream, _)) = listener.accept() {
+        if stream.set_nonblocking(true).is_ok()
+            && let Ok(stream) = tokio::net::TcpStream::from_std(stream)
+        {
+            server.serve(stream);
         }
     }
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(grace) => {
+    let _ = server.stopping.send(true);
+    let grace = server.limits.grace;
+    let deadline = tokio::time::Instant::now() + grace;
+    while !server.registry.is_empty() {
+        if tokio::time::Instant::now() >= deadline {
             tracing::warn!(
                 grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                open = server.registry.len(),
                 "connections still open after the shutdown grace period \
                  (clients that never finished a request); exiting"
             );
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// How long a connection accepted before shutdown, on which no request has
+/// started yet, may take to start one once shutdown begins. Its request is
+/// most likely already on the way; a silent one is closed after this.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(5);
+
+/// What every connection of one server shares.
+struct Shared {
+    router: axum::Router,
+    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    registry: Arc<connections::Registry>,
+    limits: Limits,
+    stopping: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Serve one accepted connection on its own task, within the limits.
+    fn serve(self: &Arc<Self>, stream: tokio::net::TcpStream) {
+        use hyper_util::rt::TokioIo;
+
+        if self.registry.len() >= self.limits.max_connections && !self.registry.close_longest_idle()
+        {
+            tracing::warn!(
+                max_connections = self.limits.max_connections,
+                "connection refused: at the connection cap and every connection is busy"
+            );
+            return;
+        }
+        let connection = self.registry.open();
+        let service = {
+            let (router, connection) = (self.router.clone(), connection.clone());
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let busy = connection.busy();
+                let response =
+                    tower::ServiceExt::oneshot(router.clone(), request.map(axum::body::Body::new));
+                async move {
+                    let response = response.await;
+                    drop(busy);
+                    response
+                }
+            })
+        };
+        let server = self.clone();
+        tokio::spawn(async move {
+            let served = server
+                .builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(served);
+            let idle_timeout = server.limits.idle_timeout;
+            let mut stopping = server.stopping.subscribe();
+            // Dropping the connection (returning) closes its socket.
+            tokio::select! {
+                _ = served.as_mut() => return,
+                () = connection.closing(idle_timeout) => return,
+                _ = stopping.wait_for(|s| *s) => {}
+            }
+            if !connection.has_started_a_request() {
+                tokio::select! {
+                    _ = served.as_mut() => return,
+                    () = connection.closing(idle_timeout) => return,
+                    () = connection.first_request(FIRST_REQUEST_GRACE) => {}
+                }
+            }
+            // Finish the request in progress, then close.
+            served.as_mut().graceful_shutdown();
+            let _ = served.await;
+        });
+    }
+}
+
+/// Failed accepts, logged at most once a second so that a flood of
+/// connections while out of file descriptors does not flood the log too.
+#[derive(Default)]
+struct AcceptFailures {
+    logged_at: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl AcceptFailures {
+    fn record(&mut self, error: &std::io::Error) {
+        self.unlogged += 1;
+        if self
+            .logged_at
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        tracing::warn!(
+            error = %error,
+            failures = self.unlogged,
+            "accept failed (out of file descriptors? raise `ulimit -n` or lower --max-connections); \
+             closing the connection idle longest"
+        );
+        self.logged_at = Some(std::time::Instant::now());
+        self.unlogged = 0;
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -223,3 +223,76 @@ fn openapi_subcommand_prints_the_committed_document() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), committed);
 }
+
+/// Out of file descriptors (a low `ulimit -n` and many sockets that send
+/// nothing), the binary does not stop serving: a failed `accept` closes the
+/// connection idle longest and backs off instead of spinning, so /healthz and
+/// real requests still get in, and the log is not flooded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_file_descriptors_it_keeps_serving_and_does_not_spin() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_settled"))
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .env_remove("SETTLED_DATABASE_URL")
+        .env_remove("SETTLED_LISTEN")
+        .env_remove("SETTLED_TOKENS")
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn settled");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut address = None;
+    for line in lines.by_ref() {
+        let entry: serde_json::Value = serde_json::from_str(&line.expect("line")).expect("json");
+        if let Some(a) = entry["fields"]["address"].as_str() {
+            address = Some(a.to_owned());
+            break;
+        }
+    }
+    let address: std::net::SocketAddr = address.expect("listening").parse().unwrap();
+    let logs = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let started = std::time::Instant::now();
+    // Far more silent sockets than the process may open files.
+    let held: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(address).expect("connect"))
+        .collect();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    for i in 0..5 {
+        let health = client
+            .get(format!("http://{address}/healthz"))
+            .send()
+            .await
+            .expect("/healthz served while out of file descriptors");
+        assert_eq!(health.status().as_u16(), 200);
+        let created = client
+            .post(format!("http://{address}/v1/receipts"))
+            .json(&serde_json::json!({"receipt_id": format!("fd-{i}"), "finalized_at": 1}))
+            .send()
+            .await
+            .expect("enqueue served while out of file descriptors");
+        assert_eq!(created.status().as_u16(), 201);
+    }
+    let took = started.elapsed();
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    let lived = started.elapsed();
+    drop(held);
+    assert!(status.success(), "{status:?}");
+    let logs = logs.join().unwrap();
+    let failures = logs.iter().filter(|l| l.contains("accept failed")).count();
+    // Logged at most once a second (with a count), however many fail.
+    let most = 2 + lived.as_secs() as usize;
+    assert!(
+        failures <= most,
+        "{failures} accept failures logged in {lived:?} (a hot loop?)"
+    );
+    println!(
+        "served 10 requests in {took:?} with 300 silent sockets and 64 fds; {failures} accept failures logged"
+    );
+}

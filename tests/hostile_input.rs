@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use settled::clock::SystemClock;
 use settled::domain::RetryPolicy;
 use settled::http::AppState;
+use settled::server::Limits;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
@@ -850,8 +851,12 @@ async fn deep_and_huge_bodies_are_refused_cleanly(fresh: Fresh) {
         let body = format!(
             r#"{{"receipts":[{{"receipt_id":"deep","finalized_at":1,"observation":{observation}}}]}}"#
         );
+        // In a batch only that item is refused; the batch parses around it.
         let answer = post_raw(&s, "/v1/receipts/batch", body).await;
-        refused(&answer, 400, "malformed_json", what);
+        let item = &answer.ok(200)["results"][0];
+        assert_eq!(item["status"], "invalid", "{what}: {item}");
+        assert_eq!(item["error"]["code"], "malformed_json", "{what}: {item}");
+        assert_eq!(item["error"]["status"], 400, "{what}: {item}");
         let body = format!(
             r#"{{"claim":{claim},"outcome":{{"kind":"accepted","transcript_id":{observation}}}}}"#
         );
@@ -1015,6 +1020,14 @@ struct Live {
 }
 
 async fn live(grace: Duration) -> Live {
+    live_with(Limits {
+        grace,
+        ..Limits::default()
+    })
+    .await
+}
+
+async fn live_with(limits: Limits) -> Live {
     let fresh = common::fresh_sqlite().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -1028,13 +1041,13 @@ async fn live(grace: Duration) -> Live {
         rx.clone(),
     );
     let mut stopped = rx;
-    let task = tokio::spawn(settled::server::serve_with_grace(
+    let task = tokio::spawn(settled::server::serve_with(
         listener,
         state,
         async move {
             let _ = stopped.wait_for(|s| *s).await;
         },
-        grace,
+        limits,
     ));
     Live {
         addr,
@@ -1122,7 +1135,7 @@ fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
 }
 
 const HEAD: &str =
-    "POST /v1/receipts HTTP/1.1\r\nHost: settled\r\nContent-Type: application/json\r\n";
+    "POST /v1/receipts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_but_steady_client_is_served() {
@@ -1262,7 +1275,7 @@ async fn a_client_that_stops_sending_its_request_head_is_cut_off() {
     let closed = tokio::task::spawn_blocking(move || {
         let mut stream = TcpStream::connect(addr).expect("connect");
         stream
-            .write_all(b"POST /v1/receipts HTTP/1.1\r\nHost: x\r\nContent-")
+            .write_all(b"POST /v1/receipts HTTP/1.1\r\nHost: localhost\r\nContent-")
             .expect("write");
         let started = std::time::Instant::now();
         (
@@ -1281,5 +1294,162 @@ async fn a_client_that_stops_sending_its_request_head_is_cut_off() {
         took >= Duration::from_secs(9),
         "cut off too early: {took:?}"
     );
+    server.stop().await;
+}
+
+/// Limits with a short idle timeout, so that tests of it are quick.
+fn short_idle(idle_timeout: Duration, max_connections: usize) -> Limits {
+    Limits {
+        idle_timeout,
+        max_connections,
+        grace: Duration::from_secs(2),
+    }
+}
+
+/// The HTTP/2 connection preface and an empty SETTINGS frame: what a client
+/// sends before its first request.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// A connection that sends nothing, an HTTP/2 connection idle after its
+/// preface, and an HTTP/1.1 keep-alive connection idle after a request are
+/// all closed once idle for the idle timeout (here 1 s), and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_idle_and_preface_only_connections_are_closed_on_a_timer() {
+    let idle = Duration::from_secs(1);
+    let server = live_with(short_idle(idle, 100)).await;
+    let addr = server.addr;
+    let results = tokio::task::spawn_blocking(move || {
+        let mut silent = TcpStream::connect(addr).expect("connect");
+        let mut h2 = TcpStream::connect(addr).expect("connect");
+        h2.write_all(H2_PREFACE).expect("preface");
+        let mut kept = TcpStream::connect(addr).expect("connect");
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .expect("request");
+        let answered = read_response(&mut kept, Duration::from_secs(10));
+        let started = Instant::now();
+        let mut results = Vec::new();
+        for (name, stream) in [
+            ("silent", &mut silent),
+            ("h2", &mut h2),
+            ("keep-alive", &mut kept),
+        ] {
+            results.push((name, closed_within(stream, Duration::from_secs(20))));
+        }
+        (answered, started.elapsed(), results)
+    })
+    .await
+    .expect("client");
+    let (answered, took, results) = results;
+    assert_eq!(answered.map(|(status, _)| status), Some(200));
+    for (name, closed) in results {
+        assert!(closed, "the {name} connection was still open after 20 s");
+    }
+    // Not before the idle timeout (allowing for the time the request took).
+    assert!(took >= idle / 2, "closed too early: {took:?}");
+    server.stop().await;
+}
+
+/// At the connection cap, sockets that send nothing do not stop the service:
+/// each new connection closes the one idle longest, so /healthz and real
+/// requests are served while an attacker holds many more sockets than the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_cap_silent_sockets_make_room_for_real_clients() {
+    let cap = 20;
+    let server = live_with(short_idle(Duration::from_secs(600), cap)).await;
+    let addr = server.addr;
+    let held = tokio::task::spawn_blocking(move || {
+        (0..cap * 5)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("connect");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    for i in 0..cap * 2 {
+        let health = http
+            .get(format!("{}/healthz", server.base))
+            .send()
+            .await
+            .expect("served at the cap");
+        assert_eq!(health.status(), 200);
+        let created = http
+            .post(format!("{}/v1/receipts", server.base))
+            .json(&json!({"receipt_id": format!("cap-{i}"), "finalized_at": 1}))
+            .send()
+            .await
+            .expect("served at the cap");
+        assert_eq!(created.status(), 201);
+    }
+    let open = tokio::task::spawn_blocking(move || {
+        let mut open = 0;
+        for mut stream in held {
+            if !closed_within(&mut stream, Duration::from_millis(20)) {
+                open += 1;
+            }
+        }
+        open
+    })
+    .await
+    .expect("count");
+    assert!(
+        open <= cap,
+        "{open} silent sockets still open with a cap of {cap}"
+    );
+    assert_eq!(server.status_counts().await["pending"], cap * 2);
+    server.stop().await;
+}
+
+/// At the cap with every connection busy (long polls), a new connection is
+/// closed at once rather than left waiting; once the polls end, new
+/// connections are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_with_every_connection_busy_a_new_one_is_closed_at_once() {
+    let cap = 2;
+    let server = live_with(short_idle(Duration::from_secs(600), cap)).await;
+    let addr = server.addr;
+    let outcome = tokio::task::spawn_blocking(move || {
+        let body = r#"{"worker_id":"w","lease_ms":1000,"limit":1,"wait_ms":4000}"#;
+        let request = format!(
+            "POST /v1/claims HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut polls: Vec<TcpStream> = (0..cap)
+            .map(|_| {
+                let mut stream = TcpStream::connect(addr).expect("connect");
+                stream.write_all(request.as_bytes()).expect("write");
+                stream
+            })
+            .collect();
+        // Let both polls start waiting.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut extra = TcpStream::connect(addr).expect("connect");
+        let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        let refused = read_response(&mut extra, Duration::from_secs(2)).is_none();
+        let answered: Vec<_> = polls
+            .iter_mut()
+            .map(|s| read_response(s, Duration::from_secs(15)).map(|(status, _)| status))
+            .collect();
+        (refused, answered)
+    })
+    .await
+    .expect("client");
+    let (refused, answered) = outcome;
+    assert!(
+        refused,
+        "a connection beyond the cap was served while all were busy"
+    );
+    assert_eq!(
+        answered,
+        vec![Some(200); cap],
+        "the long polls were answered"
+    );
+    let health = reqwest::get(format!("{}/healthz", server.base))
+        .await
+        .expect("served after the polls");
+    assert_eq!(health.status(), 200);
     server.stop().await;
 }

@@ -5,12 +5,16 @@ mod common;
 
 #[path = "http_api/access.rs"]
 mod access;
+#[path = "http_api/browser.rs"]
+mod browser;
 #[path = "http_api/claims.rs"]
 mod claims;
 #[path = "http_api/dead_letters.rs"]
 mod dead_letters;
 #[path = "http_api/errors.rs"]
 mod errors;
+#[path = "http_api/long_polls.rs"]
+mod long_polls;
 #[path = "http_api/metrics.rs"]
 mod metrics;
 #[path = "http_api/operations.rs"]

@@ -39,6 +39,10 @@ api() {
   local args=(-sS --fail-with-body -X "$method" ${AUTH[@]+"${AUTH[@]}"} -H 'accept: application/json')
   if [[ -n "$body" ]]; then
     args+=(-H 'content-type: application/json' --data-binary "$body")
+  elif [[ "$method" != GET ]]; then
+    # settled refuses any state-changing request not marked as JSON, even one
+    # without a body (a redrive): a web page's form cannot send that header.
+    args+=(-H 'content-type: application/json')
   fi
   curl "${args[@]}" "$S$path"
 }

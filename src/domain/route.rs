@@ -64,7 +64,7 @@ impl SettlementRoutingInput {
 }
 
 /// Result of atomically recording a claimed settlement outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[schema(as = Route)]
 pub enum SettlementRoute {
@@ -82,6 +82,42 @@ pub enum SettlementRoute {
         /// Total invocations represented by the dead letter.
         attempts: u32,
     },
+}
+
+/// A route as it arrives, read as one flat object: serde buffers an
+/// internally tagged enum before reading it, and with serde_json's
+/// `arbitrary_precision` (which keeps observation numbers exact) a buffered
+/// number no longer reads as an integer.
+#[derive(Deserialize)]
+struct RouteWire {
+    kind: String,
+    attempt: Option<u32>,
+    next_visible_at_ms: Option<u64>,
+    attempts: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for SettlementRoute {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let wire = RouteWire::deserialize(deserializer)?;
+        let missing = |field| D::Error::missing_field(field);
+        match wire.kind.as_str() {
+            "no_action" => Ok(Self::NoAction),
+            "retry_scheduled" => Ok(Self::RetryScheduled {
+                attempt: wire.attempt.ok_or_else(|| missing("attempt"))?,
+                next_visible_at_ms: wire
+                    .next_visible_at_ms
+                    .ok_or_else(|| missing("next_visible_at_ms"))?,
+            }),
+            "dead_lettered" => Ok(Self::DeadLettered {
+                attempts: wire.attempts.ok_or_else(|| missing("attempts"))?,
+            }),
+            other => Err(D::Error::unknown_variant(
+                other,
+                &["no_action", "retry_scheduled", "dead_lettered"],
+            )),
+        }
+    }
 }
 
 impl SettlementRoute {
@@ -221,7 +257,14 @@ mod tests {
         ];
         for (route, json) in cases {
             assert_eq!(serde_json::to_value(route).unwrap(), json);
+            let text = json.to_string();
+            assert_eq!(
+                serde_json::from_str::<SettlementRoute>(&text).unwrap(),
+                route
+            );
         }
+        assert!(serde_json::from_str::<SettlementRoute>(r#"{"kind":"retry_scheduled"}"#).is_err());
+        assert!(serde_json::from_str::<SettlementRoute>(r#"{"kind":"nope"}"#).is_err());
     }
 
     #[test]

@@ -13,13 +13,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
+use super::waiting::FALLBACK_POLL;
 use super::wire::{self, MAX_WAIT_MS};
 use crate::domain::{ClaimLimit, LeaseMs, SettlementAttemptClaim};
 use crate::store::ReceiptClaim;
-
-/// How often a waiting claim looks again even without a wake-up, so that
-/// retries and expired leases coming due are noticed.
-const FALLBACK_POLL: Duration = Duration::from_millis(250);
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -81,26 +78,60 @@ async fn claim_batch(
     }
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let notifier = app.store.work_notifier();
+    let waits = app.waits.clone();
+    let mut waiting = None;
+    // Since when a look by any poll that found nothing makes this poll's
+    // next look pointless; `None` before its first look.
+    let mut woken: Option<Instant> = None;
     loop {
         // Register for wake-ups before looking, so that work enqueued between
         // the look and the wait is not missed.
-        let woken = notifier.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
-        let claims = app
-            .store
-            .claim_due(&worker, app.now(), lease, limit)
-            .await?;
+        let wake_up = notifier.notified();
+        tokio::pin!(wake_up);
+        wake_up.as_mut().enable();
+        let mut turn = None;
+        let look = match woken {
+            None => true,
+            Some(woken) => {
+                // A repeat look waits for its turn, but never past the deadline.
+                turn = waits.turn(deadline).await;
+                turn.is_some() && !waits.looked_empty_since(woken)
+            }
+        };
+        let mut claims = Vec::new();
+        if look {
+            let started = Instant::now();
+            claims = app
+                .store
+                .claim_due(&worker, app.now(), lease, limit)
+                .await?;
+            if claims.is_empty() {
+                waits.found_nothing(started);
+            }
+        }
+        drop(turn);
         let now = Instant::now();
         if !claims.is_empty() || now >= deadline || app.shutting_down() {
             app.metrics.claimed(claims.len());
             return Ok(Json(ClaimsOut { claims }));
         }
-        tokio::select! {
-            () = &mut woken => {}
-            () = tokio::time::sleep_until(deadline.min(now + FALLBACK_POLL)) => {}
-            () = app.shutdown_signal() => {}
+        if waiting.is_none() {
+            waiting = Some(waits.enter());
         }
+        // Woken by new work, only a look begun after the wake-up has seen it;
+        // woken by the timer (work coming due by the clock, or the deadline),
+        // a look begun one fallback period ago is recent enough.
+        let timer = tokio::select! {
+            () = &mut wake_up => false,
+            () = tokio::time::sleep_until(deadline.min(now + waits.fallback_interval())) => true,
+            () = app.shutdown_signal() => false,
+        };
+        let at = Instant::now();
+        woken = Some(if timer {
+            at.checked_sub(FALLBACK_POLL).unwrap_or(at)
+        } else {
+            at
+        });
     }
 }
 

@@ -118,6 +118,11 @@ async fn get_one(
 }
 
 /// Put a dead letter back to work: pending, attempts 0, history kept.
+///
+/// Takes no body, but must be sent with `Content-Type: application/json`
+/// like every state-changing request (a body, if any, is ignored): an HTML
+/// form on another site cannot send that, so it cannot redrive through an
+/// operator's browser.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/redrive", operation_id = "v1.dead_letters.redrive", tag = "dead letters",
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     responses(

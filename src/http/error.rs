@@ -81,6 +81,27 @@ impl ApiError {
         )
     }
 
+    /// 400: not JSON, or nested deeper than the parser allows.
+    pub fn malformed(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            "validation",
+            detail,
+        )
+    }
+
+    /// 415: a state-changing request not sent as JSON.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "validation",
+            "send the request with Content-Type: application/json (every POST, PUT, PATCH and \
+             DELETE; a request without a body, such as a redrive, too)",
+        )
+    }
+
     /// The status this error answers with.
     #[must_use]
     pub const fn status(&self) -> StatusCode {
@@ -137,18 +158,8 @@ impl From<JsonRejection> for ApiError {
         let text = rejection.body_text();
         match rejection {
             JsonRejection::JsonDataError(_) => Self::validation("invalid_body", text),
-            JsonRejection::JsonSyntaxError(_) => Self::new(
-                StatusCode::BAD_REQUEST,
-                "malformed_json",
-                "validation",
-                text,
-            ),
-            JsonRejection::MissingJsonContentType(_) => Self::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "validation",
-                "send the body as JSON with Content-Type: application/json",
-            ),
+            JsonRejection::JsonSyntaxError(_) => Self::malformed(text),
+            JsonRejection::MissingJsonContentType(_) => Self::unsupported_media_type(),
             other if body_timed_out(&other) => Self::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "request_timeout",

@@ -9,8 +9,11 @@ mod extract;
 pub mod metrics;
 mod observe;
 mod ops;
+pub mod origin;
 mod outcomes;
 mod receipts;
+mod strict_json;
+mod waiting;
 pub mod wire;
 
 use std::sync::Arc;
@@ -50,7 +53,9 @@ pub struct AppState {
     shutdown: watch::Receiver<bool>,
     openapi_yaml: Arc<str>,
     tokens: auth::Tokens,
+    allowed_hosts: origin::AllowedHosts,
     metrics: metrics::SharedMetrics,
+    waits: Arc<waiting::Waits>,
 }
 
 impl AppState {
@@ -70,7 +75,9 @@ impl AppState {
             shutdown,
             openapi_yaml: yaml.into(),
             tokens: auth::Tokens::default(),
+            allowed_hosts: origin::AllowedHosts::loopback(),
             metrics: Arc::default(),
+            waits: Arc::default(),
         }
     }
 
@@ -78,6 +85,14 @@ impl AppState {
     #[must_use]
     pub fn with_tokens(mut self, tokens: auth::Tokens) -> Self {
         self.tokens = tokens;
+        self
+    }
+
+    /// Without tokens, answer requests addressed to these host names only
+    /// (default: loopback names). With tokens any name is answered.
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, hosts: origin::AllowedHosts) -> Self {
+        self.allowed_hosts = hosts;
         self
     }
 
@@ -154,20 +169,29 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// Add the answers every operation with a JSON body can give before its
-/// handler runs (see [`error::ApiError`]'s `From<JsonRejection>`).
+/// Add the answers every state-changing operation can give before its
+/// handler runs: the cross-site checks of [`origin::guard`] and, for those
+/// with a JSON body, the body problems of [`error::ApiError`]'s
+/// `From<JsonRejection>`.
 fn document_body_problems(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-    const PROBLEMS: [(&str, &str); 4] = [
+    const BODY_PROBLEMS: [(&str, &str); 3] = [
         ("400", "Malformed JSON (`malformed_json`)"),
         (
             "408",
             "The request body stopped arriving (`request_timeout`)",
         ),
         ("413", "Body over 1 MiB (`body_too_large`)"),
+    ];
+    const REQUEST_PROBLEMS: [(&str, &str); 2] = [
+        (
+            "403",
+            "Sent by a browser from another site or origin (`cross_site_request`)",
+        ),
         (
             "415",
-            "Body not sent as `application/json` (`unsupported_media_type`)",
+            "Not sent with `Content-Type: application/json` (`unsupported_media_type`); \
+             required on every POST and DELETE, with or without a body",
         ),
     ];
     for item in doc.paths.paths.values_mut() {
@@ -180,21 +204,23 @@ fn document_body_problems(doc: &mut utoipa::openapi::OpenApi) {
         .into_iter()
         .flatten()
         {
-            if operation.request_body.is_none() {
-                continue;
-            }
-            for (status, description) in PROBLEMS {
+            let body = if operation.request_body.is_some() {
+                &BODY_PROBLEMS[..]
+            } else {
+                &[]
+            };
+            for (status, description) in body.iter().chain(&REQUEST_PROBLEMS) {
                 let problem = ContentBuilder::new()
                     .schema(Some(Ref::from_schema_name("Problem")))
                     .build();
                 let response = ResponseBuilder::new()
-                    .description(description)
+                    .description(*description)
                     .content("application/problem+json", problem)
                     .build();
                 operation
                     .responses
                     .responses
-                    .entry(status.to_owned())
+                    .entry((*status).to_owned())
                     .or_insert(RefOr::T(response));
             }
         }
@@ -216,6 +242,13 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 pub fn app(state: AppState) -> Router {
     let tokens = state.tokens.clone();
     let metrics = state.metrics.clone();
+    // Only an anonymous server can be reached through DNS rebinding: with
+    // tokens, a page cannot present one, so any name is answered.
+    let hosts = if tokens.is_empty() {
+        state.allowed_hosts.clone()
+    } else {
+        origin::AllowedHosts::any()
+    };
     let (router, _) = api_router().split_for_parts();
     router
         .route("/openapi.yaml", get(ops::openapi_yaml))
@@ -231,5 +264,6 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn(time_limit))
         .layer(CompressionLayer::new())
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(middleware::from_fn_with_state(hosts, origin::guard))
         .layer(middleware::from_fn_with_state(metrics, observe::observe))
 }

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -55,7 +55,7 @@ async fn record_one(
 pub struct OutcomeBatchIn {
     /// 1..=1024 items, each judged on its own, in order.
     #[schema(value_type = Vec<OutcomeRequest>)]
-    pub outcomes: Vec<Value>,
+    pub outcomes: Vec<Box<RawValue>>,
 }
 
 /// One result per item, in order.
@@ -79,23 +79,23 @@ async fn record_batch(
     let mut results = Vec::with_capacity(body.outcomes.len());
     let mut valid = Vec::new();
     for item in body.outcomes {
-        let receipt_id = wire::item_receipt_id(&item, &["claim", "receipt_id"]);
-        match wire::parse_item::<OutcomeRequest>(item).and_then(|r| r.parse(None)) {
-            Ok(pair) => valid.push((results.len(), pair)),
+        let pair = match wire::parse_item::<OutcomeRequest>(&item).and_then(|r| r.parse(None)) {
+            Ok(pair) => pair,
             Err(e) => {
                 results.push(OutcomeResult {
-                    receipt_id: receipt_id.clone(),
+                    receipt_id: wire::item_receipt_id(&item, &["claim", "receipt_id"]),
                     route: None,
                     error: Some(e.problem()),
                 });
                 continue;
             }
-        }
+        };
         results.push(OutcomeResult {
-            receipt_id,
+            receipt_id: Some(pair.0.receipt_id.clone()),
             route: None,
             error: None,
         });
+        valid.push((results.len() - 1, pair));
     }
     let (indexes, pairs): (Vec<usize>, Vec<_>) = valid.into_iter().unzip();
     let routed = if pairs.is_empty() {

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -61,7 +61,7 @@ async fn enqueue(
 pub struct ReceiptBatchIn {
     /// 1..=1024 receipts, each judged on its own.
     #[schema(value_type = Vec<ReceiptIn>)]
-    pub receipts: Vec<Value>,
+    pub receipts: Vec<Box<RawValue>>,
 }
 
 /// What happened to one receipt of a batch.
@@ -96,9 +96,9 @@ async fn enqueue_batch(
     let mut results = Vec::with_capacity(body.receipts.len());
     let mut valid = Vec::new();
     for item in body.receipts {
-        let receipt_id = wire::item_receipt_id(&item, &["receipt_id"]);
-        match wire::parse_item::<ReceiptIn>(item).and_then(ReceiptIn::parse) {
+        match wire::parse_item::<ReceiptIn>(&item).and_then(ReceiptIn::parse) {
             Ok(receipt) => {
+                let receipt_id = Some(receipt.receipt_id.as_str().to_owned());
                 valid.push((results.len(), receipt));
                 results.push(ReceiptBatchResult {
                     receipt_id,
@@ -107,7 +107,7 @@ async fn enqueue_batch(
                 });
             }
             Err(e) => results.push(ReceiptBatchResult {
-                receipt_id,
+                receipt_id: wire::item_receipt_id(&item, &["receipt_id"]),
                 status: "invalid".into(),
                 error: Some(e.problem()),
             }),

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
@@ -31,7 +32,9 @@ pub struct ReceiptIn {
     /// Unix seconds of the receipt (0..=9223372036854775807).
     pub finalized_at: u64,
     /// What a worker needs to settle it: a JSON object (at most 64 KiB), or null.
-    #[serde(default)]
+    /// Kept exactly: numbers keep the text they were sent as. Duplicate keys
+    /// at any depth are refused.
+    #[serde(default, deserialize_with = "super::strict_json::unique_keys")]
     #[schema(value_type = Option<Object>)]
     pub observation: Option<Value>,
     /// When it becomes due (server ms); default now. A past value is due at once.
@@ -218,15 +221,26 @@ pub fn check_batch_len(len: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Parse one batch item on its own, so one bad item does not refuse the rest.
-pub fn parse_item<T: serde::de::DeserializeOwned>(item: Value) -> Result<T, ApiError> {
-    serde_json::from_value(item).map_err(|e| ApiError::validation("invalid_body", e.to_string()))
+/// Parse one batch item on its own, so one bad item does not refuse the
+/// rest. Items are read from the text sent (not from a parsed value), so
+/// duplicate keys are still seen and numbers keep their exact text.
+pub fn parse_item<T: serde::de::DeserializeOwned>(item: &RawValue) -> Result<T, ApiError> {
+    serde_json::from_str(item.get()).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            // Too deeply nested: the batch parses around it, the item does not.
+            ApiError::malformed(e.to_string())
+        } else {
+            ApiError::validation("invalid_body", e.to_string())
+        }
+    })
 }
 
-/// The `receipt_id` of a batch item, when it has a usable one.
+/// The `receipt_id` of a batch item that could not be parsed, when it has a
+/// usable one.
 #[must_use]
-pub fn item_receipt_id(item: &Value, path: &[&str]) -> Option<String> {
-    let mut at = item;
+pub fn item_receipt_id(item: &RawValue, path: &[&str]) -> Option<String> {
+    let item: Value = serde_json::from_str(item.get()).ok()?;
+    let mut at = &item;
     for key in path {
         at = at.get(key)?;
     }

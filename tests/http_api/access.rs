@@ -131,6 +131,9 @@ async fn every_endpoint_answers_every_role_as_the_access_table_says() {
             }
             if let Some(body) = &body {
                 request = request.json(body);
+            } else if method != Method::GET {
+                // As every client must (see the cross-site request checks).
+                request = request.header("content-type", "application/json");
             }
             let response = request.send().await.unwrap();
             let status = response.status().as_u16();

@@ -222,6 +222,8 @@ async fn a_failing_database_answers_503_backend_without_internals() {
         let mut request = client.request(method.clone(), format!("{base}{path}"));
         if let Some(body) = body {
             request = request.json(&body);
+        } else if method != Method::GET {
+            request = request.header("content-type", "application/json");
         }
         let response = request.send().await.unwrap();
         assert_eq!(response.status().as_u16(), 503, "{method} {path}");

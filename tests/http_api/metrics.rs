@@ -133,7 +133,57 @@ async fn requests_carry_a_request_id(fresh: Fresh) {
     s.stop().await;
 }
 
+/// Made-up methods and paths fold into one label value each, so a client
+/// cannot grow `/metrics` by inventing them.
+async fn made_up_methods_and_paths_do_not_grow_the_metrics(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    let send = |method: String, path: String| {
+        let request = s.client.request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", s.base),
+        );
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    // One of each first, so that every label value that can appear exists.
+    send("BREW".into(), "/v1/receipts".into()).await;
+    send("BREW".into(), "/no/such/path".into()).await;
+    send("GET".into(), "/no/such/path".into()).await;
+    let before = s.get_text("/metrics").await;
+    for i in 0..200 {
+        send(format!("M{i}X"), "/v1/receipts".into()).await;
+        send(format!("Q{i}"), format!("/made-up/{i}")).await;
+        send("GET".into(), format!("/made-up/{i}")).await;
+    }
+    let after = s.get_text("/metrics").await;
+    let series = |text: &str| {
+        parse(text)
+            .into_keys()
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let new: Vec<String> = series(&after)
+        .difference(&series(&before))
+        .cloned()
+        .collect();
+    // `/metrics` itself is the only new series (it was not yet called before).
+    assert!(
+        new.iter().all(|k| k.contains(r#"route="/metrics""#)),
+        "new series: {new:?}"
+    );
+    assert!(
+        !after.contains("M1X") && !after.contains("made-up"),
+        "{after}"
+    );
+    let others: f64 = parse(&after)
+        .iter()
+        .filter(|(k, _)| k.starts_with(r#"settled_http_requests_total{method="other""#))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(others, 402.0, "every made-up method is counted as `other`");
+    s.stop().await;
+}
+
 crate::on_every_backend!(
     metrics_follow_a_scripted_scenario,
-    requests_carry_a_request_id
+    requests_carry_a_request_id,
+    made_up_methods_and_paths_do_not_grow_the_metrics
 );

@@ -291,7 +291,189 @@ async fn enqueue_refuses_wrong_media_and_broken_json(fresh: Fresh) {
     s.stop().await;
 }
 
+/// The raw text of a JSON answer's `observation`, as the server wrote it.
+async fn observation_text(s: &crate::common::http::TestServer, path: &str) -> String {
+    let text = s.get_text(path).await;
+    let at = text.find("\"observation\":").expect("an observation") + "\"observation\":".len();
+    // Observations here have no strings holding braces, so brace counting finds the end.
+    let mut depth = 0;
+    for (i, c) in text[at..].char_indices() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return text[at..=at + i].to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unterminated observation in {text}")
+}
+
+/// Numbers in an observation are kept as the text sent: big integers, long
+/// decimals and exponent forms come back byte for byte (in the receipt, the
+/// claim and the batch path), the identical enqueue again is 200, and the
+/// same amount written differently is different content (409).
+async fn observation_numbers_are_kept_exactly_as_sent(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    // (sent, kept): digits are kept as sent; only an exponent is written
+    // as `e` with its sign (serde_json's arbitrary-precision form).
+    let numbers = [
+        ("123456789012345678901", "123456789012345678901"),
+        (
+            "-98765432109876543210987654321",
+            "-98765432109876543210987654321",
+        ),
+        ("2.29940720536497944515e-01", "2.29940720536497944515e-01"),
+        (
+            "0.1000000000000000055511151231257827",
+            "0.1000000000000000055511151231257827",
+        ),
+        ("1e400", "1e+400"),
+        ("-1E-400", "-1e-400"),
+        ("12.50", "12.50"),
+        ("-0", "-0"),
+    ];
+    let sent: Vec<&str> = numbers.iter().map(|(sent, _)| *sent).collect();
+    let kept: Vec<&str> = numbers.iter().map(|(_, kept)| *kept).collect();
+    let fields: Vec<String> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("\"n{i}\":{n}"))
+        .collect();
+    let observation = format!("{{{},\"list\":[{}]}}", fields.join(","), sent.join(","));
+    let body = |id: &str, observation: &str| {
+        format!(r#"{{"receipt_id":"{id}","finalized_at":1,"observation":{observation}}}"#)
+            .into_bytes()
+    };
+    let post = |bytes: Vec<u8>| {
+        s.raw(
+            Method::POST,
+            "/v1/receipts",
+            Some("application/json"),
+            bytes,
+        )
+    };
+    post(body("exact", &observation)).await.ok(201);
+    let stored = observation_text(&s, "/v1/receipts/exact").await;
+    for (i, n) in kept.iter().enumerate() {
+        assert!(stored.contains(&format!("\"n{i}\":{n}")), "{n} in {stored}");
+    }
+    assert!(
+        stored.contains(&format!("[{}]", kept.join(","))),
+        "{stored}"
+    );
+    // Byte-identical again: the same receipt, however often.
+    for _ in 0..3 {
+        post(body("exact", &observation)).await.ok(200);
+    }
+    // The same amount written another way is other content.
+    let rewritten = observation.replace("123456789012345678901", "1.23456789012345678901e20");
+    post(body("exact", &rewritten))
+        .await
+        .assert_problem(409, "receipt_conflict", "conflict");
+    // The batch path keeps and compares the same way.
+    let batch = format!(
+        r#"{{"receipts":[{},{}]}}"#,
+        String::from_utf8(body("exact", &observation)).unwrap(),
+        String::from_utf8(body("exact-batch", &observation)).unwrap()
+    );
+    let answer = s
+        .raw(
+            Method::POST,
+            "/v1/receipts/batch",
+            Some("application/json"),
+            batch.into_bytes(),
+        )
+        .await;
+    let results = &answer.ok(200)["results"];
+    assert_eq!(results[0]["status"], "existing", "{results}");
+    assert_eq!(results[1]["status"], "created", "{results}");
+    assert_eq!(
+        observation_text(&s, "/v1/receipts/exact-batch").await,
+        stored
+    );
+    // A worker is handed the same text.
+    let claim = s
+        .client
+        .post(format!("{}/v1/receipts/exact/claim", s.base))
+        .json(&json!({"worker_id": "w", "lease_ms": 30_000}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(claim.contains(&stored), "{claim}");
+    s.stop().await;
+}
+
+/// An object inside `observation` with the same key twice is refused, at any
+/// depth and on both enqueue paths, and nothing is stored.
+async fn duplicate_keys_inside_an_observation_are_refused(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    let bodies = [
+        r#"{"receipt_id":"d","finalized_at":1,"observation":{"a":1,"a":2}}"#,
+        r#"{"receipt_id":"d","finalized_at":1,"observation":{"x":{"y":[{"k":1,"k":1}]}}}"#,
+        r#"{"receipt_id":"d","finalized_at":1,"observation":{"a":1,"\u0061":1}}"#,
+    ];
+    for body in bodies {
+        let answer = s
+            .raw(
+                Method::POST,
+                "/v1/receipts",
+                Some("application/json"),
+                body.as_bytes().to_vec(),
+            )
+            .await;
+        answer.assert_problem(422, "invalid_body", "validation");
+        assert!(
+            answer.body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("duplicate key"),
+            "{:?}",
+            answer.body
+        );
+        let batch = format!(r#"{{"receipts":[{body},{{"receipt_id":"ok","finalized_at":1}}]}}"#);
+        let answer = s
+            .raw(
+                Method::POST,
+                "/v1/receipts/batch",
+                Some("application/json"),
+                batch.into_bytes(),
+            )
+            .await;
+        let results = &answer.ok(200)["results"];
+        assert_eq!(results[0]["status"], "invalid", "{results}");
+        assert_eq!(results[0]["receipt_id"], "d", "{results}");
+        assert_eq!(results[0]["error"]["code"], "invalid_body", "{results}");
+    }
+    // A batch item with a repeated top-level field is refused too.
+    let batch = r#"{"receipts":[{"receipt_id":"d","receipt_id":"e","finalized_at":1}]}"#;
+    let answer = s
+        .raw(
+            Method::POST,
+            "/v1/receipts/batch",
+            Some("application/json"),
+            batch.as_bytes().to_vec(),
+        )
+        .await;
+    assert_eq!(answer.ok(200)["results"][0]["status"], "invalid");
+    s.get("/v1/receipts/d")
+        .await
+        .assert_problem(404, "receipt_not_found", "not_found");
+    s.get("/v1/receipts/e")
+        .await
+        .assert_problem(404, "receipt_not_found", "not_found");
+    s.stop().await;
+}
+
 crate::on_every_backend!(
+    observation_numbers_are_kept_exactly_as_sent,
+    duplicate_keys_inside_an_observation_are_refused,
     enqueue_answers_201_then_200_then_409,
     absent_and_null_observation_are_the_same_receipt,
     enqueue_does_not_resurrect_finished_work,
