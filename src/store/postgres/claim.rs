@@ -20,7 +20,7 @@ const CLAIM_DUE: &str = concat!(
      FROM picked JOIN unnest($5::text[]) WITH ORDINALITY AS tokens (token, token_pick) \
        ON token_pick = pick \
      WHERE receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
-    receipt_columns!()
+    pg_receipt_columns!()
 );
 
 /// Whether anything is due at `$1`.
@@ -32,7 +32,7 @@ const LEASE: &str = concat!(
     "UPDATE receipts SET row_version = $3, lease_owner = $4, lease_token = $5, lease_until_ms = $6 \
      WHERE receipt_id = $1 AND row_version = $2 AND status = 'active' AND next_visible_at_ms <= $7 \
      AND (lease_until_ms IS NULL OR lease_until_ms <= $7) RETURNING ",
-    receipt_columns!()
+    pg_receipt_columns!()
 );
 
 /// A row leased by [`CLAIM_DUE`], with its claim position and prior version.
