@@ -176,6 +176,7 @@ fn prepare(unit: &Unit<'_>) -> Prep {
                             guard,
                             values: NewValues::of_plan(&plan),
                             history: plan.history.clone(),
+                            wakes: matches!(plan.route, SettlementRoute::RetryScheduled { .. }),
                         }),
                         Some(plan.route),
                     ),
@@ -203,6 +204,7 @@ fn prepare(unit: &Unit<'_>) -> Prep {
                             guard,
                             values: NewValues::release(now),
                             history: rules::release_entry(claim, now),
+                            wakes: true,
                         }),
                         None,
                     )
@@ -254,10 +256,10 @@ fn explain(unit: &Unit<'_>, prep: &Prep, row: Option<&ReceiptRow>) -> UnitAnswer
 }
 
 /// Run one round (each receipt at most once). `Ok(false)`: the database
-/// refused a write, the transaction is aborted, and the group must be run
-/// again one caller at a time.
+/// refused a write, which changed nothing (the statement or the transaction
+/// is undone), and the group must be run again one caller at a time.
 async fn run_round(
-    tx: &mut Tx,
+    conn: &mut PgConnection,
     units: &[Unit<'_>],
     round: &[usize],
     answers: &mut [Option<UnitAnswer>],
@@ -278,7 +280,7 @@ async fn run_round(
     writes.sort_by(|(_, a), (_, b)| a.guard.receipt_id.cmp(&b.guard.receipt_id));
     extensions.sort_by(|(_, a), (_, b)| a.guard.receipt_id.cmp(&b.guard.receipt_id));
     let batch: Vec<Write> = writes.iter().map(|(_, w)| w.clone()).collect();
-    let matched = match guarded::write_round(tx, &batch).await {
+    let matched = match guarded::write_round(conn, &batch).await {
         Ok(matched) => matched,
         Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
         Err(_) => return Ok(false),
@@ -294,7 +296,7 @@ async fn run_round(
         }
     }
     let batch: Vec<Extension> = extensions.iter().map(|(_, e)| e.clone()).collect();
-    let extended = match guarded::extend_round(tx, &batch).await {
+    let extended = match guarded::extend_round(conn, &batch).await {
         Ok(extended) => extended,
         Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
         Err(_) => return Ok(false),
@@ -318,33 +320,56 @@ async fn run_round(
         .iter()
         .map(|&p| units[preps[p].0].claim.receipt_id.as_str())
         .collect();
-    let rows = match guarded::rows_of(tx, &ids).await {
-        Ok(rows) => rows,
+    match guarded::rows_of(conn, &ids).await {
+        Ok(rows) => {
+            for position in unexplained {
+                let (unit, prep) = &preps[position];
+                let row = rows.get(units[*unit].claim.receipt_id.as_str());
+                answers[*unit] = Some(explain(&units[*unit], prep, row));
+            }
+        }
         Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
-        // A stored row that does not decode: answered item by item.
-        Err(_) => return Ok(false),
-    };
-    for position in unexplained {
-        let (unit, prep) = &preps[position];
-        let row = rows.get(units[*unit].claim.receipt_id.as_str());
-        answers[*unit] = Some(explain(&units[*unit], prep, row));
+        // A stored row that does not decode: read them one by one, so that
+        // only its own item is answered with the error.
+        Err(_) => {
+            for position in unexplained {
+                let (unit, prep) = &preps[position];
+                let id = units[*unit].claim.receipt_id.as_str();
+                let found = if storable(id) {
+                    row(conn, id).await
+                } else {
+                    Ok(None)
+                };
+                answers[*unit] = Some(match found {
+                    Ok(found) => explain(&units[*unit], prep, found.as_ref()),
+                    Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                    Err(e) => refusal(&units[*unit], e),
+                });
+            }
+        }
     }
     Ok(true)
 }
 
+/// The answer of a unit refused before its row could be judged.
+fn refusal(unit: &Unit<'_>, error: SettlementRouteError) -> UnitAnswer {
+    match unit.kind {
+        UnitKind::Outcome { .. } => UnitAnswer::Route(Err(error)),
+        UnitKind::Extend { .. } => UnitAnswer::Extended(Err(error)),
+        UnitKind::Release { .. } => UnitAnswer::Released(Err(error)),
+    }
+}
+
 /// Run a group in `tx`; `Ok(None)` when the database refused a write.
-async fn run_in(tx: &mut Tx, jobs: &[Job]) -> StoreResult<Option<(Vec<Answer>, bool)>> {
+async fn run_in(conn: &mut PgConnection, jobs: &[Job]) -> StoreResult<Option<(Vec<Answer>, bool)>> {
     let units = units(jobs);
     let mut answers: Vec<Option<UnitAnswer>> = vec![None; units.len()];
     for round in guarded::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())) {
-        if !run_round(tx, &units, &round, &mut answers).await? {
+        if !run_round(conn, &units, &round, &mut answers).await? {
             return Ok(None);
         }
     }
     let wakes = answers.iter().flatten().any(UnitAnswer::wakes);
-    if wakes {
-        announce(tx).await?;
-    }
     let mut out: Vec<Answer> = jobs.iter().map(Job::empty_answer).collect();
     for (unit, answer) in units.iter().zip(answers) {
         let answer =
@@ -395,6 +420,17 @@ fn answer_wakes(answer: &StoreResult<Answer>) -> bool {
     }
 }
 
+/// Whether the group's writes are one statement: a single round (no
+/// receipt twice) and no extension. That statement is atomic by itself, so
+/// it needs no `BEGIN` and `COMMIT` (two round trips of three); the rows
+/// that missed are read after it, as they stand, like in a transaction at
+/// `READ COMMITTED`.
+fn one_statement(jobs: &[Job]) -> bool {
+    let units = units(jobs);
+    !jobs.iter().any(|j| matches!(j, Job::Extend { .. }))
+        && guarded::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())).len() <= 1
+}
+
 /// Run a group of jobs as one durable transaction; a backend failure fails
 /// every job of the group, as it would have failed each alone. Returns the
 /// answers in job order and whether work became due.
@@ -402,6 +438,23 @@ pub(super) async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<An
     let fail_all = |e: SettlementRouteError| -> (Vec<StoreResult<Answer>>, bool) {
         (jobs.iter().map(|_| Err(e.clone())).collect(), false)
     };
+    if one_statement(jobs) {
+        let mut conn = match pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return fail_all(e.into()),
+        };
+        return match run_in(&mut conn, jobs).await {
+            Ok(Some((answers, wakes))) => (answers.into_iter().map(Ok).collect(), wakes),
+            // The refused statement changed nothing.
+            Ok(None) => {
+                drop(conn);
+                let answers = run_carefully(pool, jobs).await;
+                let wakes = answers.iter().any(answer_wakes);
+                (answers, wakes)
+            }
+            Err(e) => fail_all(e),
+        };
+    }
     let mut tx = match pool.begin().await {
         Ok(tx) => tx,
         Err(e) => return fail_all(e.into()),
