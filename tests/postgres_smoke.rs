@@ -460,3 +460,61 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
     .unwrap();
     assert_eq!(writers.len(), 1, "transactions: {writers:?}");
 }
+
+/// Batch claims that queue while the replica's claim task is busy share one
+/// statement and transaction, served in arrival order: each worker gets the
+/// next due receipts up to its limit, as if it had claimed alone just after
+/// the previous one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_claims_share_a_statement_in_arrival_order() {
+    use sqlx::Connection;
+    let Some(url) = common::fresh_postgres_url().await else {
+        return;
+    };
+    let options = PostgresOptions {
+        max_connections: 2,
+        ..PostgresOptions::default()
+    };
+    let store: SharedStore = Arc::new(PostgresStore::connect(&url, &options).await.unwrap());
+    let s = store.as_ref();
+    let receipts: Vec<_> = (0..10).map(|i| receipt(&format!("r-{i}"))).collect();
+    s.enqueue(&receipts, T0).await.unwrap();
+
+    // Hold the table so that the first claim waits and the others queue.
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("LOCK TABLE receipts IN EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let (a, b, c) = (worker("a"), worker("b"), worker("c"));
+    let first = queued(s.claim_due(&a, T0, lease(60_000), limit(2))).await;
+    until_a_write_waits_for_a_lock(&mut admin).await;
+    let second = queued(s.claim_due(&b, T0, lease(60_000), limit(3))).await;
+    let third = queued(s.claim_due(&c, T0, lease(60_000), limit(10))).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+
+    let ids = |claims: Vec<settled::domain::SettlementAttemptClaim>, who: &str| {
+        claims
+            .into_iter()
+            .map(|claim| {
+                assert_eq!(claim.lease_owner, who);
+                claim.receipt_id
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(first.await.unwrap(), "a"), ["r-0", "r-1"]);
+    assert_eq!(ids(second.await.unwrap(), "b"), ["r-2", "r-3", "r-4"]);
+    assert_eq!(
+        ids(third.await.unwrap(), "c"),
+        ["r-5", "r-6", "r-7", "r-8", "r-9"]
+    );
+    let writers: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT xmin::text FROM receipts WHERE lease_owner IN ('b', 'c')",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(writers.len(), 1, "transactions: {writers:?}");
+}

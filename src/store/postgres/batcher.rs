@@ -1,6 +1,6 @@
 //! Coalescing of concurrent writes on one replica. Outcomes, extensions and
-//! releases go through a queue served by a few tasks, each running one group
-//! at a time on its own pooled connection. An idle task takes a request at
+//! releases go through one queue, batch claims through another, each served
+//! by a few tasks running one group at a time on its own pooled connection. An idle task takes a request at
 //! once, so a lone write waits for nothing; requests that queue while every
 //! task is busy are merged into one group, which costs the statements (and
 //! the commit) of one.
@@ -10,24 +10,37 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use super::outcome::{self, Answer, Job};
 use super::*;
+
+/// A request that can be merged with others of its kind.
+pub(super) trait Mergeable: Send + Sized + 'static {
+    type Answer: Send + 'static;
+
+    /// How many items it carries, to bound a group.
+    fn size(&self) -> usize;
+
+    /// Run a group; the answers in order, and whether work became due.
+    fn run(
+        pool: &PgPool,
+        jobs: &[Self],
+    ) -> impl Future<Output = (Vec<StoreResult<Self::Answer>>, bool)> + Send;
+}
 
 /// Most items merged into one group; a single larger request still runs
 /// alone. Bounds the statement's size and the time a group holds its locks.
 const GROUP_ITEMS: usize = 1024;
 
-struct Request {
-    job: Job,
-    reply: oneshot::Sender<StoreResult<Answer>>,
+struct Request<J: Mergeable> {
+    job: J,
+    reply: oneshot::Sender<StoreResult<J::Answer>>,
 }
 
-/// The queue of one store; its tasks end when the store is dropped.
-pub(super) struct Batcher {
-    queue: mpsc::UnboundedSender<Request>,
+/// A queue of one store; its tasks end when the store is dropped.
+pub(super) struct Batcher<J: Mergeable> {
+    queue: mpsc::UnboundedSender<Request<J>>,
 }
 
-impl Batcher {
+impl<J: Mergeable> Batcher<J> {
     /// Start `tasks` group runners on `pool`. `bound` limits a group like any
     /// store call; `notify` is signalled after a group made work due.
     pub fn start(pool: PgPool, tasks: usize, bound: Option<Duration>, notify: Arc<Notify>) -> Self {
@@ -40,7 +53,7 @@ impl Batcher {
     }
 
     /// Run `job`, merged with whatever else is waiting.
-    pub async fn run(&self, job: Job) -> StoreResult<Answer> {
+    pub async fn run(&self, job: J) -> StoreResult<J::Answer> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Request { job, reply })
@@ -53,7 +66,9 @@ impl Batcher {
 
 /// Take the next request, waiting for it, and every request already queued
 /// behind it, up to [`GROUP_ITEMS`].
-async fn next_group(requests: &Mutex<mpsc::UnboundedReceiver<Request>>) -> Option<Vec<Request>> {
+async fn next_group<J: Mergeable>(
+    requests: &Mutex<mpsc::UnboundedReceiver<Request<J>>>,
+) -> Option<Vec<Request<J>>> {
     let mut requests = requests.lock().await;
     let first = requests.recv().await?;
     let mut size = first.job.size();
@@ -70,16 +85,16 @@ async fn next_group(requests: &Mutex<mpsc::UnboundedReceiver<Request>>) -> Optio
     Some(group)
 }
 
-async fn serve(
+async fn serve<J: Mergeable>(
     pool: PgPool,
-    requests: Arc<Mutex<mpsc::UnboundedReceiver<Request>>>,
+    requests: Arc<Mutex<mpsc::UnboundedReceiver<Request<J>>>>,
     bound: Option<Duration>,
     notify: Arc<Notify>,
 ) {
     while let Some(group) = next_group(&requests).await {
         // A caller that gave up (its call timed out or its client left) is
         // not written for.
-        let (jobs, replies): (Vec<Job>, Vec<_>) = group
+        let (jobs, replies): (Vec<J>, Vec<_>) = group
             .into_iter()
             .filter(|r| !r.reply.is_closed())
             .map(|r| (r.job, r.reply))
@@ -87,7 +102,7 @@ async fn serve(
         if jobs.is_empty() {
             continue;
         }
-        let run = outcome::run_jobs(&pool, &jobs);
+        let run = J::run(&pool, &jobs);
         let (answers, wakes) = match bound {
             None => run.await,
             Some(bound) => tokio::time::timeout(bound, run).await.unwrap_or_else(|_| {

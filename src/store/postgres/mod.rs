@@ -70,21 +70,23 @@ pub struct PostgresStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     listener: AbortHandle,
-    expiries: AtomicU64,
+    expiries: Arc<AtomicU64>,
     /// Longest a store call may take before it is answered as a backend
     /// failure, so that a silent network cannot hold a request (the server's
     /// `statement_timeout` cannot end a call whose answers never arrive).
     bound: Option<Duration>,
     /// Outcomes, extensions and releases, coalesced.
-    writes: batcher::Batcher,
+    writes: batcher::Batcher<outcome::Job>,
+    /// Batch claims, coalesced.
+    claims: batcher::Batcher<claim::ClaimJob>,
 }
 
-/// How many groups of coalesced writes one replica runs at a time: enough to
-/// keep the server's cores and its WAL flushes busy, few enough that requests
-/// queue and merge under load. Never more than half the pool, so that claims
-/// and reads always find a connection.
+/// How many groups each queue (writes, batch claims) of one replica runs at
+/// a time: enough to keep the server's cores and its WAL flushes busy, few
+/// enough that requests queue and merge under load. Together at most half
+/// the pool (but one each), so that reads and claims by id find a connection.
 fn write_tasks(max_connections: u32) -> usize {
-    usize::try_from(max_connections / 2).map_or(1, |n| n.clamp(1, WRITE_TASKS))
+    usize::try_from(max_connections / 4).map_or(1, |n| n.clamp(1, WRITE_TASKS))
 }
 
 const WRITE_TASKS: usize = 4;
@@ -145,14 +147,21 @@ impl PostgresStore {
             bound,
             notify.clone(),
         );
+        let claims = batcher::Batcher::start(
+            pool.clone(),
+            write_tasks(options.max_connections),
+            bound,
+            notify.clone(),
+        );
         Ok(Self {
             pool,
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
-            expiries: AtomicU64::new(0),
+            expiries: Arc::new(AtomicU64::new(0)),
             bound,
             writes,
+            claims,
         })
     }
 

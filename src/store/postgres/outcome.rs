@@ -38,15 +38,25 @@ pub(super) enum Answer {
     Release(StoreResult<()>),
 }
 
-impl Job {
-    /// How many items it carries, to bound a group.
-    pub fn size(&self) -> usize {
+impl super::batcher::Mergeable for Job {
+    type Answer = Answer;
+
+    fn size(&self) -> usize {
         match self {
             Self::Outcomes { items, .. } => items.len().max(1),
             Self::Extend { .. } | Self::Release { .. } => 1,
         }
     }
 
+    fn run(
+        pool: &PgPool,
+        jobs: &[Self],
+    ) -> impl Future<Output = (Vec<StoreResult<Answer>>, bool)> + Send {
+        run_jobs(pool, jobs)
+    }
+}
+
+impl Job {
     fn empty_answer(&self) -> Answer {
         match self {
             Self::Outcomes { .. } => Answer::Outcomes(Vec::new()),
@@ -434,7 +444,7 @@ fn one_statement(jobs: &[Job]) -> bool {
 /// Run a group of jobs as one durable transaction; a backend failure fails
 /// every job of the group, as it would have failed each alone. Returns the
 /// answers in job order and whether work became due.
-pub(super) async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
+async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
     let fail_all = |e: SettlementRouteError| -> (Vec<StoreResult<Answer>>, bool) {
         (jobs.iter().map(|_| Err(e.clone())).collect(), false)
     };
