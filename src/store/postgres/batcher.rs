@@ -1,7 +1,7 @@
 //! Coalescing of concurrent writes on one replica. Outcomes, extensions and
 //! releases go through one queue, batch claims through another, each served
-//! by a few tasks running one group at a time on its own pooled connection. An idle task takes a request at
-//! once, so a lone write waits for nothing; requests that queue while every
+//! by a few tasks running one group at a time on its own pooled connection.
+//! An idle task takes a request at once, so a lone write waits for nothing; requests that queue while every
 //! task is busy are merged into one group, which costs the statements (and
 //! the commit) of one.
 
