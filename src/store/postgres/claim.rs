@@ -4,9 +4,11 @@
 use super::super::rows::to_i64;
 use super::*;
 
-/// Lease every due row, up to `$2`, in claim order, in one statement. Tokens
-/// (`$5`, made in Rust) pair with rows by claim order. An out-of-range
-/// version is left as it is, for Rust to refuse before commit.
+/// Lease every due row, up to `$2`, in claim order, in one statement. Each
+/// claim position has its owner, token (made in Rust) and deadline (`$3`,
+/// `$4`, `$5`), so that the batch claims of several workers can share the
+/// statement. An out-of-range version is left as it is, for Rust to refuse
+/// before commit.
 const CLAIM_DUE: &str = concat!(
     "WITH locked AS (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms FROM receipts \
        WHERE status = 'active' AND next_visible_at_ms <= $1 \
@@ -16,11 +18,11 @@ const CLAIM_DUE: &str = concat!(
        row_number() OVER (ORDER BY next_visible_at_ms, receipt_id) AS pick FROM locked) \
      UPDATE receipts SET row_version = CASE WHEN prior_version BETWEEN 0 AND 9223372036854775806 \
        THEN prior_version + 1 ELSE prior_version END, \
-       lease_owner = $3, lease_token = token, lease_until_ms = $4 \
-     FROM picked JOIN unnest($5::text[]) WITH ORDINALITY AS tokens (token, token_pick) \
-       ON token_pick = pick \
+       lease_owner = slot_owner, lease_token = slot_token, lease_until_ms = slot_until \
+     FROM picked JOIN unnest($3::text[], $4::text[], $5::int8[]) WITH ORDINALITY \
+       AS slots (slot_owner, slot_token, slot_until, slot) ON slot = pick \
      WHERE receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
-    receipt_columns!()
+    pg_receipt_columns!()
 );
 
 /// Whether anything is due at `$1`.
@@ -32,7 +34,7 @@ const LEASE: &str = concat!(
     "UPDATE receipts SET row_version = $3, lease_owner = $4, lease_token = $5, lease_until_ms = $6 \
      WHERE receipt_id = $1 AND row_version = $2 AND status = 'active' AND next_visible_at_ms <= $7 \
      AND (lease_until_ms IS NULL OR lease_until_ms <= $7) RETURNING ",
-    receipt_columns!()
+    pg_receipt_columns!()
 );
 
 /// A row leased by [`CLAIM_DUE`], with its claim position and prior version.
@@ -94,35 +96,24 @@ async fn claim_one(
     })
 }
 
-async fn claim_batch(
+/// Lease due rows to `slots` (owner and deadline per claim position, in
+/// order); the claims in position order, fewer when fewer rows are due.
+async fn lease_due(
     tx: &mut Tx,
     expired: &AtomicU64,
-    worker_id: &WorkerId,
+    slots: &[(&str, i64)],
     now: i64,
-    until: i64,
-    limit: ClaimLimit,
 ) -> StoreResult<Vec<SettlementAttemptClaim>> {
-    if !storable(worker_id.as_str()) {
-        // As on SQLite, an empty queue is answered whatever the worker id.
-        let due: bool = sqlx::query_scalar(ANY_DUE)
-            .bind(now)
-            .fetch_one(&mut **tx)
-            .await?;
-        return if due {
-            storable_worker(worker_id).map(|_| Vec::new())
-        } else {
-            Ok(Vec::new())
-        };
-    }
-    let tokens = (0..limit.get())
+    let tokens = slots
+        .iter()
         .map(|_| rules::new_lease_token())
         .collect::<StoreResult<Vec<_>>>()?;
     let mut rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_DUE)
         .bind(now)
-        .bind(i64::try_from(limit.get()).unwrap_or(i64::MAX))
-        .bind(worker_id.as_str())
-        .bind(until)
+        .bind(i64::try_from(slots.len()).unwrap_or(i64::MAX))
+        .bind(slots.iter().map(|(owner, _)| *owner).collect::<Vec<_>>())
         .bind(tokens)
+        .bind(slots.iter().map(|(_, until)| *until).collect::<Vec<_>>())
         .fetch_all(&mut **tx)
         .await?;
     rows.sort_by_key(|r| r.pick);
@@ -138,6 +129,123 @@ async fn claim_batch(
             r.row.claim()
         })
         .collect()
+}
+
+async fn claim_batch(
+    tx: &mut Tx,
+    expired: &AtomicU64,
+    worker_id: &WorkerId,
+    now: i64,
+    until: i64,
+    limit: usize,
+) -> StoreResult<Vec<SettlementAttemptClaim>> {
+    if !storable(worker_id.as_str()) {
+        // As on SQLite, an empty queue is answered whatever the worker id.
+        let due: bool = sqlx::query_scalar(ANY_DUE)
+            .bind(now)
+            .fetch_one(&mut **tx)
+            .await?;
+        return if due {
+            storable_worker(worker_id).map(|_| Vec::new())
+        } else {
+            Ok(Vec::new())
+        };
+    }
+    let slots = vec![(worker_id.as_str(), until); limit];
+    lease_due(tx, expired, &slots, now).await
+}
+
+/// One worker's batch claim, as the claim queue carries it.
+pub(super) struct ClaimJob {
+    worker_id: WorkerId,
+    now: i64,
+    until: i64,
+    limit: usize,
+    expired: Arc<AtomicU64>,
+}
+
+impl super::batcher::Mergeable for ClaimJob {
+    type Answer = Vec<SettlementAttemptClaim>;
+
+    fn size(&self) -> usize {
+        self.limit.max(1)
+    }
+
+    fn run(
+        pool: &PgPool,
+        jobs: &[Self],
+    ) -> impl Future<Output = (Vec<StoreResult<Self::Answer>>, bool)> + Send {
+        claim_jobs(pool, jobs)
+    }
+}
+
+/// One claim in a transaction of its own: all or nothing.
+async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<Vec<SettlementAttemptClaim>> {
+    let mut tx = pool.begin().await?;
+    let result = claim_batch(
+        &mut tx,
+        &job.expired,
+        &job.worker_id,
+        job.now,
+        job.until,
+        job.limit,
+    )
+    .await;
+    finish(tx, result).await
+}
+
+/// Several workers' claims in one statement and transaction, served in
+/// arrival order: the first takes the first due rows up to its limit, the
+/// next the following ones. Due is judged at the earliest of their clocks
+/// (they arrived together), so a later one may get fewer rows than are due
+/// by its own clock, as a claim that meets locked rows may. A refusal (a
+/// stored row out of range) runs each claim alone, so that only the claims
+/// that meet the row fail.
+async fn claim_jobs(
+    pool: &PgPool,
+    jobs: &[ClaimJob],
+) -> (Vec<StoreResult<Vec<SettlementAttemptClaim>>>, bool) {
+    let alone = jobs.len() == 1 || jobs.iter().any(|j| !storable(j.worker_id.as_str()));
+    if !alone {
+        match claim_merged(pool, jobs).await {
+            Ok(Some(answers)) => return (answers.into_iter().map(Ok).collect(), false),
+            Ok(None) => {}
+            Err(e) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
+        }
+    }
+    let mut answers = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        answers.push(claim_alone(pool, job).await);
+    }
+    (answers, false)
+}
+
+/// `Ok(None)`: refused, and rolled back; run each claim alone.
+async fn claim_merged(
+    pool: &PgPool,
+    jobs: &[ClaimJob],
+) -> StoreResult<Option<Vec<Vec<SettlementAttemptClaim>>>> {
+    let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
+    let slots: Vec<(&str, i64)> = jobs
+        .iter()
+        .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
+        .collect();
+    let mut tx = pool.begin().await?;
+    let claims = match lease_due(&mut tx, &jobs[0].expired, &slots, now).await {
+        Ok(claims) => claims,
+        Err(e @ SettlementRouteError::Backend { .. }) => return finish(tx, Err(e)).await,
+        Err(_) => {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+    };
+    tx.commit().await?;
+    let mut claims = claims.into_iter();
+    Ok(Some(
+        jobs.iter()
+            .map(|j| claims.by_ref().take(j.limit).collect())
+            .collect(),
+    ))
 }
 
 impl PostgresStore {
@@ -164,9 +272,14 @@ impl PostgresStore {
     ) -> StoreResult<Vec<SettlementAttemptClaim>> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
-        let mut tx = self.begin().await?;
-        // Any error rolls back every lease of the batch.
-        let result = claim_batch(&mut tx, &self.expiries, worker_id, now, until, limit).await;
-        finish(tx, result).await
+        self.claims
+            .run(ClaimJob {
+                worker_id: worker_id.clone(),
+                now,
+                until,
+                limit: limit.get(),
+                expired: self.expiries.clone(),
+            })
+            .await
     }
 }

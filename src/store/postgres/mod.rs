@@ -3,7 +3,20 @@
 //! `FOR UPDATE SKIP LOCKED` statement, and `LISTEN/NOTIFY` so that long polls
 //! wake up on every replica.
 
+/// [`receipt_columns`](crate::receipt_columns) as PostgreSQL returns them:
+/// the observation is a `json` column, read back as its exact text.
+macro_rules! pg_receipt_columns {
+    () => {
+        "receipt_id, finalized_at, observation::text AS observation, status, attempts, \
+         row_version, next_visible_at_ms, lease_owner, lease_token, lease_until_ms, \
+         failure_code, failure_sha256, transcript_id, skip_reason, finished_at_ms"
+    };
+}
+
+mod batcher;
+mod careful;
 mod claim;
+mod guarded;
 mod listen;
 mod outcome;
 mod read;
@@ -24,7 +37,6 @@ use tokio::task::AbortHandle;
 use super::rows::{HistoryRow, ReceiptRow};
 use super::rules;
 use super::*;
-use crate::receipt_columns;
 
 /// Pool and timeout settings for PostgreSQL.
 #[derive(Debug, Clone)]
@@ -58,12 +70,26 @@ pub struct PostgresStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     listener: AbortHandle,
-    expiries: AtomicU64,
+    expiries: Arc<AtomicU64>,
     /// Longest a store call may take before it is answered as a backend
     /// failure, so that a silent network cannot hold a request (the server's
     /// `statement_timeout` cannot end a call whose answers never arrive).
     bound: Option<Duration>,
+    /// Outcomes, extensions and releases, coalesced.
+    writes: batcher::Batcher<outcome::Job>,
+    /// Batch claims, coalesced.
+    claims: batcher::Batcher<claim::ClaimJob>,
 }
+
+/// How many groups each queue (writes, batch claims) of one replica runs at
+/// a time: enough to keep the server's cores and its WAL flushes busy, few
+/// enough that requests queue and merge under load. Together at most half
+/// the pool (but one each), so that reads and claims by id find a connection.
+fn write_tasks(max_connections: u32) -> usize {
+    usize::try_from(max_connections / 4).map_or(1, |n| n.clamp(1, WRITE_TASKS))
+}
+
+const WRITE_TASKS: usize = 4;
 
 impl PostgresStore {
     /// Connect to `url` (`postgres://…`), migrate, and start listening for
@@ -113,14 +139,29 @@ impl PostgresStore {
             .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
         let notify = Arc::new(Notify::new());
         let listener = listen::start(connect, acquire_timeout, notify.clone()).await?;
+        let bound = (statement_timeout > 0)
+            .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2);
+        let writes = batcher::Batcher::start(
+            pool.clone(),
+            write_tasks(options.max_connections),
+            bound,
+            notify.clone(),
+        );
+        let claims = batcher::Batcher::start(
+            pool.clone(),
+            write_tasks(options.max_connections),
+            bound,
+            notify.clone(),
+        );
         Ok(Self {
             pool,
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
-            expiries: AtomicU64::new(0),
-            bound: (statement_timeout > 0)
-                .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2),
+            expiries: Arc::new(AtomicU64::new(0)),
+            bound,
+            writes,
+            claims,
         })
     }
 
@@ -206,7 +247,7 @@ async fn announce(conn: &mut PgConnection) -> StoreResult<()> {
 async fn row(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
     Ok(sqlx::query_as(concat!(
         "SELECT ",
-        receipt_columns!(),
+        pg_receipt_columns!(),
         " FROM receipts WHERE receipt_id = $1"
     ))
     .bind(receipt_id)
@@ -221,7 +262,7 @@ async fn row_for_update(
 ) -> StoreResult<Option<ReceiptRow>> {
     Ok(sqlx::query_as(concat!(
         "SELECT ",
-        receipt_columns!(),
+        pg_receipt_columns!(),
         " FROM receipts WHERE receipt_id = $1 FOR UPDATE"
     ))
     .bind(receipt_id)
@@ -292,8 +333,15 @@ impl SettlementOutcomeStore for PostgresStore {
         policy: RetryPolicy,
         observed_at_ms: u64,
     ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-        self.bounded(self.record_outcomes(outcomes, policy, observed_at_ms))
-            .await
+        let job = outcome::Job::Outcomes {
+            items: outcomes.to_vec(),
+            policy,
+            observed_at_ms,
+        };
+        match self.bounded(self.writes.run(job)).await? {
+            outcome::Answer::Outcomes(routes) => Ok(routes),
+            _ => Err(SettlementRouteError::backend("an answer of the wrong kind")),
+        }
     }
 
     async fn extend_lease(
@@ -302,12 +350,26 @@ impl SettlementOutcomeStore for PostgresStore {
         extend_ms: LeaseMs,
         now_ms: u64,
     ) -> StoreResult<SettlementAttemptClaim> {
-        self.bounded(self.extend_claim(claim, extend_ms, now_ms))
-            .await
+        let job = outcome::Job::Extend {
+            claim: claim.clone(),
+            extend_ms,
+            now_ms,
+        };
+        match self.bounded(self.writes.run(job)).await? {
+            outcome::Answer::Extend(extended) => extended,
+            _ => Err(SettlementRouteError::backend("an answer of the wrong kind")),
+        }
     }
 
     async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
-        self.bounded(self.release_claim(claim, now_ms)).await
+        let job = outcome::Job::Release {
+            claim: claim.clone(),
+            now_ms,
+        };
+        match self.bounded(self.writes.run(job)).await? {
+            outcome::Answer::Release(released) => released,
+            _ => Err(SettlementRouteError::backend("an answer of the wrong kind")),
+        }
     }
 
     async fn receipt(

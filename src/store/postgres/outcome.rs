@@ -1,80 +1,122 @@
-//! Outcomes, extensions and releases: every write repeats the whole claim
-//! compare-and-swap, as in the SQLite store, and a miss is explained from
-//! the row as it stands.
-
-use sqlx::Acquire;
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
+//! Outcomes, extensions and releases of one or several callers, run as one
+//! transaction with a constant number of statements: per round, one guarded
+//! write of every outcome and release, one of every extension, and one read
+//! of the rows that missed, each of which is then explained by the shared
+//! rules. The answers are those of running the callers one after another,
+//! each item in its order.
 
 use super::super::rows::to_i64;
-use super::super::rules::{Cas, Change, NewHistory, Plan};
+use super::super::rules::Cas;
+use super::careful;
+use super::guarded::{self, Extension, Guard, NewValues, Write};
 use super::*;
 
-/// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
-macro_rules! cas_where {
-    () => {
-        "receipt_id = $1 AND status = 'active' AND finalized_at = $2 AND attempts = $3 \
-         AND row_version = $4 AND lease_owner = $5 AND lease_token = $6 \
-         AND lease_until_ms = $7 AND lease_until_ms > $8"
-    };
+/// One caller's write request.
+#[derive(Debug, Clone)]
+pub(super) enum Job {
+    Outcomes {
+        items: Vec<(SettlementAttemptClaim, SettlementRoutingInput)>,
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    },
+    Extend {
+        claim: SettlementAttemptClaim,
+        extend_ms: LeaseMs,
+        now_ms: u64,
+    },
+    Release {
+        claim: SettlementAttemptClaim,
+        now_ms: u64,
+    },
 }
 
-/// A guarded update that appends its history entry (`$9..$17`) only when
-/// the guard matched, so the statement affects one row or none.
-macro_rules! guarded {
-    ($set:literal) => {
-        concat!(
-            "WITH changed AS (UPDATE receipts SET ",
-            $set,
-            " WHERE ",
-            cas_where!(),
-            " RETURNING receipt_id) INSERT INTO receipt_history (receipt_id, attempt, outcome, \
-             code, detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route) \
-             SELECT receipt_id, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM changed"
+/// The answer to a [`Job`], as the store call returns it.
+#[derive(Debug, Clone)]
+pub(super) enum Answer {
+    Outcomes(Vec<StoreResult<SettlementRoute>>),
+    Extend(StoreResult<SettlementAttemptClaim>),
+    Release(StoreResult<()>),
+}
+
+impl super::batcher::Mergeable for Job {
+    type Answer = Answer;
+
+    fn size(&self) -> usize {
+        match self {
+            Self::Outcomes { items, .. } => items.len().max(1),
+            Self::Extend { .. } | Self::Release { .. } => 1,
+        }
+    }
+
+    fn run(
+        pool: &PgPool,
+        jobs: &[Self],
+    ) -> impl Future<Output = (Vec<StoreResult<Answer>>, bool)> + Send {
+        run_jobs(pool, jobs)
+    }
+}
+
+impl Job {
+    fn empty_answer(&self) -> Answer {
+        match self {
+            Self::Outcomes { .. } => Answer::Outcomes(Vec::new()),
+            Self::Extend { .. } => Answer::Extend(Err(SettlementRouteError::backend("no answer"))),
+            Self::Release { .. } => {
+                Answer::Release(Err(SettlementRouteError::backend("no answer")))
+            }
+        }
+    }
+}
+
+/// One item of one job.
+struct Unit<'a> {
+    job: usize,
+    claim: &'a SettlementAttemptClaim,
+    kind: UnitKind<'a>,
+}
+
+enum UnitKind<'a> {
+    Outcome {
+        input: &'a SettlementRoutingInput,
+        policy: RetryPolicy,
+        observed_at_ms: u64,
+    },
+    Extend {
+        extend_ms: LeaseMs,
+        now_ms: u64,
+    },
+    Release {
+        now_ms: u64,
+    },
+}
+
+/// What a unit needs before the database is asked.
+enum Prep {
+    /// Answered without looking at the row (a value that does not fit).
+    Done(UnitAnswer),
+    /// A guarded write to try; on a miss the row explains why.
+    Write(Box<Write>, Option<SettlementRoute>),
+    Extend(Extension),
+    /// No guard can match: the row explains why.
+    Explain,
+    /// The outcome's plan was refused; the row may turn it into a conflict.
+    Refused(SettlementRouteError),
+}
+
+#[derive(Debug, Clone)]
+enum UnitAnswer {
+    Route(StoreResult<SettlementRoute>),
+    Extended(StoreResult<SettlementAttemptClaim>),
+    Released(StoreResult<()>),
+}
+
+impl UnitAnswer {
+    /// Whether it made work due at once (on this or another replica).
+    fn wakes(&self) -> bool {
+        matches!(
+            self,
+            Self::Route(Ok(SettlementRoute::RetryScheduled { .. })) | Self::Released(Ok(()))
         )
-    };
-}
-
-const SETTLE: &str = guarded!(
-    "status = 'settled', transcript_id = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
-     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
-);
-const SKIP: &str = guarded!(
-    "status = 'skipped', skip_reason = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
-     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
-);
-const RETRY: &str = guarded!(
-    "attempts = $18, next_visible_at_ms = $19, failure_code = $20, failure_sha256 = $21, \
-     lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL"
-);
-const DEAD_LETTER: &str = guarded!(
-    "status = 'dead_lettered', attempts = $18, failure_code = $19, failure_sha256 = $20, \
-     next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-     finished_at_ms = $8"
-);
-const RELEASE: &str = guarded!(
-    "lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, next_visible_at_ms = $8"
-);
-const EXTEND: &str = concat!(
-    "UPDATE receipts SET lease_until_ms = $9 WHERE ",
-    cas_where!(),
-    " RETURNING ",
-    receipt_columns!()
-);
-
-fn cas_storable(cas: &Cas<'_>) -> bool {
-    storable(cas.receipt_id) && storable(cas.lease_owner) && storable(cas.lease_token)
-}
-
-/// The row, or `None` for an id no stored row can have.
-async fn row_if_storable(
-    conn: &mut PgConnection,
-    receipt_id: &str,
-) -> StoreResult<Option<ReceiptRow>> {
-    if storable(receipt_id) {
-        row(conn, receipt_id).await
-    } else {
-        Ok(None)
     }
 }
 
@@ -85,250 +127,364 @@ fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
         .unwrap_or_else(|| SettlementRouteError::conflict("claim does not match the persisted row"))
 }
 
-fn guarded(
-    sql: &'static str,
-    cas: &Cas<'_>,
-    now: i64,
-    h: &NewHistory,
-) -> Query<'static, Postgres, PgArguments> {
-    sqlx::query(sql)
-        .bind(cas.receipt_id.to_owned())
-        .bind(cas.finalized_at)
-        .bind(cas.attempts)
-        .bind(cas.row_version)
-        .bind(cas.lease_owner.to_owned())
-        .bind(cas.lease_token.to_owned())
-        .bind(cas.lease_until_ms)
-        .bind(now)
-        .bind(h.attempt)
-        .bind(h.outcome)
-        .bind(h.code)
-        .bind(h.detail_sha256.clone())
-        .bind(h.transcript_id.clone())
-        .bind(h.reason)
-        .bind(h.worker_id.clone())
-        .bind(h.observed_at_ms)
-        .bind(h.route)
+fn units(jobs: &[Job]) -> Vec<Unit<'_>> {
+    let mut units = Vec::new();
+    for (job, request) in jobs.iter().enumerate() {
+        match request {
+            Job::Outcomes {
+                items,
+                policy,
+                observed_at_ms,
+            } => units.extend(items.iter().map(|(claim, input)| Unit {
+                job,
+                claim,
+                kind: UnitKind::Outcome {
+                    input,
+                    policy: *policy,
+                    observed_at_ms: *observed_at_ms,
+                },
+            })),
+            Job::Extend {
+                claim,
+                extend_ms,
+                now_ms,
+            } => units.push(Unit {
+                job,
+                claim,
+                kind: UnitKind::Extend {
+                    extend_ms: *extend_ms,
+                    now_ms: *now_ms,
+                },
+            }),
+            Job::Release { claim, now_ms } => units.push(Unit {
+                job,
+                claim,
+                kind: UnitKind::Release { now_ms: *now_ms },
+            }),
+        }
+    }
+    units
 }
 
-/// Apply a planned change and its history entry; `true` when the guard matched.
-async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResult<bool> {
-    let (h, now) = (&plan.history, plan.observed_at_ms);
-    let query = match &plan.change {
-        Change::Settle { transcript_id } => {
-            guarded(SETTLE, cas, now, h).bind(transcript_id.clone())
-        }
-        Change::Skip { reason } => guarded(SKIP, cas, now, h).bind(*reason),
-        Change::Retry {
-            attempts,
-            next_visible_at_ms,
-            code,
-            sha256,
-        } => guarded(RETRY, cas, now, h)
-            .bind(*attempts)
-            .bind(*next_visible_at_ms)
-            .bind(*code)
-            .bind(sha256.clone()),
-        Change::DeadLetter {
-            attempts,
-            code,
-            sha256,
-        } => guarded(DEAD_LETTER, cas, now, h)
-            .bind(*attempts)
-            .bind(*code)
-            .bind(sha256.clone()),
-    };
-    Ok(query.execute(conn).await?.rows_affected() == 1)
-}
-
-/// One outcome. Any database error aborts a PostgreSQL transaction, so in
-/// `careful` mode the write runs under a savepoint: a refused item is undone
-/// alone and the batch goes on, as on SQLite. Savepoints cost two round trips
-/// per item, so a batch is first tried without them; `Ok(None)` asks for the
-/// careful retry when an item was refused by the database.
-async fn record_one(
-    tx: &mut Tx,
-    careful: bool,
-    claim: &SettlementAttemptClaim,
-    input: &SettlementRoutingInput,
-    policy: RetryPolicy,
-    observed_at_ms: u64,
-) -> StoreResult<Option<StoreResult<SettlementRoute>>> {
-    let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
-        Ok(plan) => plan,
-        Err(refusal) => {
-            let found = row_if_storable(tx, &claim.receipt_id).await?;
-            let refused =
-                rules::refused_plan(found.as_ref(), claim, refusal, policy, observed_at_ms);
-            return Ok(Some(Err(refused)));
-        }
-    };
-    let cas = Cas::of(claim)?;
-    if plan.lease_live && cas_storable(&cas) {
-        if !careful {
-            match apply(&mut *tx, &cas, &plan).await {
-                Ok(true) => return Ok(Some(Ok(plan.route))),
-                Ok(false) => {}
-                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
-                Err(_) => return Ok(None),
+fn prepare(unit: &Unit<'_>) -> Prep {
+    let claim = unit.claim;
+    match unit.kind {
+        UnitKind::Outcome {
+            input,
+            policy,
+            observed_at_ms,
+        } => match rules::plan_outcome(claim, input, policy, observed_at_ms) {
+            Err(refusal) => Prep::Refused(refusal),
+            Ok(plan) => {
+                // The plan has already converted the claim.
+                let guard = Cas::of(claim)
+                    .ok()
+                    .and_then(|cas| Guard::of(&cas, plan.observed_at_ms));
+                match guard {
+                    Some(guard) if plan.lease_live => Prep::Write(
+                        Box::new(Write {
+                            guard,
+                            values: NewValues::of_plan(&plan),
+                            history: plan.history.clone(),
+                            wakes: matches!(plan.route, SettlementRoute::RetryScheduled { .. }),
+                        }),
+                        Some(plan.route),
+                    ),
+                    _ => Prep::Explain,
+                }
             }
-        } else {
-            let mut item = Acquire::begin(&mut *tx).await?;
-            match apply(&mut item, &cas, &plan).await {
-                Ok(matched) => {
-                    item.commit().await?;
-                    if matched {
-                        return Ok(Some(Ok(plan.route)));
-                    }
-                }
-                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
-                Err(e) => {
-                    item.rollback().await?;
-                    return Ok(Some(Err(e)));
-                }
+        },
+        UnitKind::Extend { extend_ms, now_ms } => {
+            let checked = rules::lease_deadline(now_ms, extend_ms.get())
+                .and_then(|until| Ok((until, Cas::of(claim)?, to_i64(now_ms, "now_ms")?)));
+            match checked {
+                Err(e) => Prep::Done(UnitAnswer::Extended(Err(e))),
+                Ok((until, cas, now)) => Guard::of(&cas, now).map_or(Prep::Explain, |guard| {
+                    Prep::Extend(Extension { guard, until })
+                }),
+            }
+        }
+        UnitKind::Release { now_ms } => {
+            let checked = Cas::of(claim).and_then(|cas| Ok((cas, to_i64(now_ms, "now_ms")?)));
+            match checked {
+                Err(e) => Prep::Done(UnitAnswer::Released(Err(e))),
+                Ok((cas, now)) => Guard::of(&cas, now).map_or(Prep::Explain, |guard| {
+                    Prep::Write(
+                        Box::new(Write {
+                            guard,
+                            values: NewValues::release(now),
+                            history: rules::release_entry(claim, now),
+                            wakes: true,
+                        }),
+                        None,
+                    )
+                }),
             }
         }
     }
-    let row = row_if_storable(tx, &claim.receipt_id).await?;
-    Ok(Some(rules::explain_miss(
-        row.as_ref(),
-        claim,
-        Some(input),
-        observed_at_ms,
-    )))
 }
 
-/// Backend errors abort the whole call; everything else is judged per item.
-/// `Ok(None)`: retry the batch in careful mode.
-async fn record_all(
-    tx: &mut Tx,
-    careful: bool,
-    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
-    policy: RetryPolicy,
-    observed_at_ms: u64,
-) -> StoreResult<Option<Vec<StoreResult<SettlementRoute>>>> {
-    let mut results: Vec<Option<StoreResult<SettlementRoute>>> =
-        outcomes.iter().map(|_| None).collect();
-    for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
-        let (claim, input) = &outcomes[i];
-        match record_one(tx, careful, claim, input, policy, observed_at_ms).await {
-            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
-            Err(e) => results[i] = Some(Err(e)),
-            Ok(None) => return Ok(None),
-            Ok(Some(result)) => results[i] = Some(result),
+/// The answer of a unit whose guard did not match (or was never tried), from
+/// the row as it stands now.
+fn explain(unit: &Unit<'_>, prep: &Prep, row: Option<&ReceiptRow>) -> UnitAnswer {
+    let claim = unit.claim;
+    match (&unit.kind, prep) {
+        (
+            UnitKind::Outcome {
+                policy,
+                observed_at_ms,
+                ..
+            },
+            Prep::Refused(refusal),
+        ) => UnitAnswer::Route(Err(rules::refused_plan(
+            row,
+            claim,
+            refusal.clone(),
+            *policy,
+            *observed_at_ms,
+        ))),
+        (
+            UnitKind::Outcome {
+                input,
+                observed_at_ms,
+                ..
+            },
+            _,
+        ) => UnitAnswer::Route(rules::explain_miss(
+            row,
+            claim,
+            Some(input),
+            *observed_at_ms,
+        )),
+        (UnitKind::Extend { now_ms, .. }, _) => {
+            UnitAnswer::Extended(Err(miss(rules::explain_miss(row, claim, None, *now_ms))))
+        }
+        (UnitKind::Release { now_ms }, _) => {
+            UnitAnswer::Released(Err(miss(rules::explain_miss(row, claim, None, *now_ms))))
         }
     }
-    let results: Vec<_> = results.into_iter().flatten().collect();
-    if results.iter().any(retried) {
-        announce(tx).await?;
+}
+
+/// Run one round (each receipt at most once). `Ok(false)`: the database
+/// refused a write, which changed nothing (the statement or the transaction
+/// is undone), and the group must be run again one caller at a time.
+async fn run_round(
+    conn: &mut PgConnection,
+    units: &[Unit<'_>],
+    round: &[usize],
+    answers: &mut [Option<UnitAnswer>],
+) -> StoreResult<bool> {
+    let preps: Vec<(usize, Prep)> = round.iter().map(|&u| (u, prepare(&units[u]))).collect();
+    let mut writes = Vec::new();
+    let mut extensions = Vec::new();
+    let mut unexplained = Vec::new();
+    for (position, (unit, prep)) in preps.iter().enumerate() {
+        match prep {
+            Prep::Done(answer) => answers[*unit] = Some(answer.clone()),
+            Prep::Write(write, _) => writes.push((position, Write::clone(write))),
+            Prep::Extend(extension) => extensions.push((position, extension.clone())),
+            Prep::Explain | Prep::Refused(_) => unexplained.push(position),
+        }
     }
-    Ok(Some(results))
-}
-
-fn retried(result: &StoreResult<SettlementRoute>) -> bool {
-    matches!(result, Ok(SettlementRoute::RetryScheduled { .. }))
-}
-
-async fn extend(
-    tx: &mut Tx,
-    claim: &SettlementAttemptClaim,
-    now_ms: u64,
-    until: i64,
-) -> StoreResult<SettlementAttemptClaim> {
-    let cas = Cas::of(claim)?;
-    let now = to_i64(now_ms, "now_ms")?;
-    let updated: Option<ReceiptRow> = if cas_storable(&cas) {
-        sqlx::query_as(EXTEND)
-            .bind(cas.receipt_id)
-            .bind(cas.finalized_at)
-            .bind(cas.attempts)
-            .bind(cas.row_version)
-            .bind(cas.lease_owner)
-            .bind(cas.lease_token)
-            .bind(cas.lease_until_ms)
-            .bind(now)
-            .bind(until)
-            .fetch_optional(&mut **tx)
-            .await?
-    } else {
-        None
+    // In id order, so that concurrent groups lock shared rows alike.
+    writes.sort_by(|(_, a), (_, b)| a.guard.receipt_id.cmp(&b.guard.receipt_id));
+    extensions.sort_by(|(_, a), (_, b)| a.guard.receipt_id.cmp(&b.guard.receipt_id));
+    let batch: Vec<Write> = writes.iter().map(|(_, w)| w.clone()).collect();
+    let matched = match guarded::write_round(conn, &batch).await {
+        Ok(matched) => matched,
+        Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+        Err(_) => return Ok(false),
     };
-    match updated {
-        Some(row) => row.claim(),
-        None => {
-            let row = row_if_storable(tx, &claim.receipt_id).await?;
-            Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)))
+    for ((position, _), hit) in writes.iter().zip(matched) {
+        let (unit, prep) = &preps[*position];
+        match (hit, prep) {
+            (true, Prep::Write(_, Some(route))) => {
+                answers[*unit] = Some(UnitAnswer::Route(Ok(*route)));
+            }
+            (true, _) => answers[*unit] = Some(UnitAnswer::Released(Ok(()))),
+            (false, _) => unexplained.push(*position),
         }
     }
-}
-
-async fn release(tx: &mut Tx, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
-    let cas = Cas::of(claim)?;
-    let now = to_i64(now_ms, "now_ms")?;
-    let released = cas_storable(&cas)
-        && guarded(RELEASE, &cas, now, &rules::release_entry(claim, now))
-            .execute(&mut **tx)
-            .await?
-            .rows_affected()
-            == 1;
-    if !released {
-        let row = row_if_storable(tx, &claim.receipt_id).await?;
-        return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
+    let batch: Vec<Extension> = extensions.iter().map(|(_, e)| e.clone()).collect();
+    let extended = match guarded::extend_round(conn, &batch).await {
+        Ok(extended) => extended,
+        Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+        Err(_) => return Ok(false),
+    };
+    for ((position, _), row) in extensions.iter().zip(extended) {
+        let unit = preps[*position].0;
+        match row {
+            // A row that does not convert is refused like any other value;
+            // the careful run answers it alone, rolled back.
+            Some(row) => match row.claim() {
+                Ok(claim) => answers[unit] = Some(UnitAnswer::Extended(Ok(claim))),
+                Err(_) => return Ok(false),
+            },
+            None => unexplained.push(*position),
+        }
     }
-    announce(tx).await
-}
-
-impl PostgresStore {
-    pub(super) async fn record_outcomes(
-        &self,
-        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
-        policy: RetryPolicy,
-        observed_at_ms: u64,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-        let mut tx = self.begin().await?;
-        let fast = record_all(&mut tx, false, outcomes, policy, observed_at_ms).await;
-        let results = match fast {
-            Ok(Some(results)) => finish(tx, Ok(results)).await?,
-            // An item was refused by the database, which aborted the
-            // transaction: start again with a savepoint per item.
-            Ok(None) => {
-                tx.rollback().await?;
-                let mut tx = self.begin().await?;
-                let careful = record_all(&mut tx, true, outcomes, policy, observed_at_ms).await;
-                let careful = careful.and_then(|r| {
-                    r.ok_or_else(|| SettlementRouteError::backend("careful retry asked to retry"))
+    if unexplained.is_empty() {
+        return Ok(true);
+    }
+    let ids: Vec<&str> = unexplained
+        .iter()
+        .map(|&p| units[preps[p].0].claim.receipt_id.as_str())
+        .collect();
+    match guarded::rows_of(conn, &ids).await {
+        Ok(rows) => {
+            for position in unexplained {
+                let (unit, prep) = &preps[position];
+                let row = rows.get(units[*unit].claim.receipt_id.as_str());
+                answers[*unit] = Some(explain(&units[*unit], prep, row));
+            }
+        }
+        Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+        // A stored row that does not decode: read them one by one, so that
+        // only its own item is answered with the error.
+        Err(_) => {
+            for position in unexplained {
+                let (unit, prep) = &preps[position];
+                let id = units[*unit].claim.receipt_id.as_str();
+                let found = if storable(id) {
+                    row(conn, id).await
+                } else {
+                    Ok(None)
+                };
+                answers[*unit] = Some(match found {
+                    Ok(found) => explain(&units[*unit], prep, found.as_ref()),
+                    Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                    Err(e) => refusal(&units[*unit], e),
                 });
-                finish(tx, careful).await?
             }
-            Err(e) => finish(tx, Err(e)).await?,
-        };
-        if results.iter().any(retried) {
-            self.notify.notify_waiters();
         }
-        Ok(results)
     }
+    Ok(true)
+}
 
-    pub(super) async fn extend_claim(
-        &self,
-        claim: &SettlementAttemptClaim,
-        extend_ms: LeaseMs,
-        now_ms: u64,
-    ) -> StoreResult<SettlementAttemptClaim> {
-        let until = rules::lease_deadline(now_ms, extend_ms.get())?;
-        let mut tx = self.begin().await?;
-        let result = extend(&mut tx, claim, now_ms, until).await;
-        finish(tx, result).await
+/// The answer of a unit refused before its row could be judged.
+fn refusal(unit: &Unit<'_>, error: SettlementRouteError) -> UnitAnswer {
+    match unit.kind {
+        UnitKind::Outcome { .. } => UnitAnswer::Route(Err(error)),
+        UnitKind::Extend { .. } => UnitAnswer::Extended(Err(error)),
+        UnitKind::Release { .. } => UnitAnswer::Released(Err(error)),
     }
+}
 
-    pub(super) async fn release_claim(
-        &self,
-        claim: &SettlementAttemptClaim,
-        now_ms: u64,
-    ) -> StoreResult<()> {
-        let mut tx = self.begin().await?;
-        let result = release(&mut tx, claim, now_ms).await;
-        finish(tx, result).await?;
-        self.notify.notify_waiters();
-        Ok(())
+/// Run a group in `tx`; `Ok(None)` when the database refused a write.
+async fn run_in(conn: &mut PgConnection, jobs: &[Job]) -> StoreResult<Option<(Vec<Answer>, bool)>> {
+    let units = units(jobs);
+    let mut answers: Vec<Option<UnitAnswer>> = vec![None; units.len()];
+    for round in guarded::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())) {
+        if !run_round(conn, &units, &round, &mut answers).await? {
+            return Ok(None);
+        }
+    }
+    let wakes = answers.iter().flatten().any(UnitAnswer::wakes);
+    let mut out: Vec<Answer> = jobs.iter().map(Job::empty_answer).collect();
+    for (unit, answer) in units.iter().zip(answers) {
+        let answer =
+            answer.ok_or_else(|| SettlementRouteError::backend("an item was left unanswered"))?;
+        match (&mut out[unit.job], answer) {
+            (Answer::Outcomes(routes), UnitAnswer::Route(route)) => routes.push(route),
+            (Answer::Extend(slot), UnitAnswer::Extended(extended)) => *slot = extended,
+            (Answer::Release(slot), UnitAnswer::Released(released)) => *slot = released,
+            _ => return Err(SettlementRouteError::backend("an answer of the wrong kind")),
+        }
+    }
+    Ok(Some((out, wakes)))
+}
+
+/// Each job alone, item by item, in its own transaction.
+async fn run_carefully(pool: &PgPool, jobs: &[Job]) -> Vec<StoreResult<Answer>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        out.push(match job {
+            Job::Outcomes {
+                items,
+                policy,
+                observed_at_ms,
+            } => careful::record_outcomes(pool, items, *policy, *observed_at_ms)
+                .await
+                .map(Answer::Outcomes),
+            Job::Extend {
+                claim,
+                extend_ms,
+                now_ms,
+            } => Ok(Answer::Extend(
+                careful::extend_claim(pool, claim, *extend_ms, *now_ms).await,
+            )),
+            Job::Release { claim, now_ms } => Ok(Answer::Release(
+                careful::release_claim(pool, claim, *now_ms).await,
+            )),
+        });
+    }
+    out
+}
+
+/// Whether an answer made work due at once.
+fn answer_wakes(answer: &StoreResult<Answer>) -> bool {
+    match answer {
+        Ok(Answer::Outcomes(routes)) => routes.iter().any(careful::retried),
+        Ok(Answer::Release(Ok(()))) => true,
+        _ => false,
+    }
+}
+
+/// Whether the group's writes are one statement: a single round (no
+/// receipt twice) and no extension. That statement is atomic by itself, so
+/// it needs no `BEGIN` and `COMMIT` (two round trips of three); the rows
+/// that missed are read after it, as they stand, like in a transaction at
+/// `READ COMMITTED`.
+fn one_statement(jobs: &[Job]) -> bool {
+    let units = units(jobs);
+    !jobs.iter().any(|j| matches!(j, Job::Extend { .. }))
+        && guarded::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())).len() <= 1
+}
+
+/// Run a group of jobs as one durable transaction; a backend failure fails
+/// every job of the group, as it would have failed each alone. Returns the
+/// answers in job order and whether work became due.
+async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
+    let fail_all = |e: SettlementRouteError| -> (Vec<StoreResult<Answer>>, bool) {
+        (jobs.iter().map(|_| Err(e.clone())).collect(), false)
+    };
+    if one_statement(jobs) {
+        let mut conn = match pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return fail_all(e.into()),
+        };
+        return match run_in(&mut conn, jobs).await {
+            Ok(Some((answers, wakes))) => (answers.into_iter().map(Ok).collect(), wakes),
+            // The refused statement changed nothing.
+            Ok(None) => {
+                drop(conn);
+                let answers = run_carefully(pool, jobs).await;
+                let wakes = answers.iter().any(answer_wakes);
+                (answers, wakes)
+            }
+            Err(e) => fail_all(e),
+        };
+    }
+    let mut tx = match pool.begin().await {
+        Ok(tx) => tx,
+        Err(e) => return fail_all(e.into()),
+    };
+    match run_in(&mut tx, jobs).await {
+        Ok(Some((answers, wakes))) => match finish(tx, Ok(())).await {
+            Ok(()) => (answers.into_iter().map(Ok).collect(), wakes),
+            Err(e) => fail_all(e),
+        },
+        Ok(None) => {
+            if let Err(e) = tx.rollback().await {
+                return fail_all(e.into());
+            }
+            let answers = run_carefully(pool, jobs).await;
+            let wakes = answers.iter().any(answer_wakes);
+            (answers, wakes)
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            fail_all(e)
+        }
     }
 }

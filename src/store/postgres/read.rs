@@ -44,7 +44,7 @@ impl PostgresStore {
         };
         let rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
             "SELECT ",
-            receipt_columns!(),
+            pg_receipt_columns!(),
             " FROM receipts WHERE status = 'dead_lettered' AND (finalized_at, receipt_id) > ($1, $2) \
               ORDER BY finalized_at, receipt_id LIMIT $3"
         ))

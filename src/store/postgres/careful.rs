@@ -1,0 +1,332 @@
+//! Outcomes, extensions and releases one item at a time: the fallback for
+//! a group whose set-based statement the database refused (a `CHECK`, or a
+//! stored row that does not decode), so that the refused item is answered
+//! alone and every other one as it would be. Every write repeats the whole
+//! claim compare-and-swap, and a miss is explained from the row as it stands.
+
+use sqlx::Acquire;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+
+use super::super::rows::to_i64;
+use super::super::rules::{Cas, Change, NewHistory, Plan};
+use super::*;
+
+/// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
+macro_rules! cas_where {
+    () => {
+        "receipt_id = $1 AND status = 'active' AND finalized_at = $2 AND attempts = $3 \
+         AND row_version = $4 AND lease_owner = $5 AND lease_token = $6 \
+         AND lease_until_ms = $7 AND lease_until_ms > $8"
+    };
+}
+
+/// A guarded update that appends its history entry (`$9..$17`) only when
+/// the guard matched, so the statement affects one row or none.
+macro_rules! guarded {
+    ($set:literal) => {
+        concat!(
+            "WITH changed AS (UPDATE receipts SET ",
+            $set,
+            " WHERE ",
+            cas_where!(),
+            " RETURNING receipt_id) INSERT INTO receipt_history (receipt_id, attempt, outcome, \
+             code, detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route) \
+             SELECT receipt_id, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM changed"
+        )
+    };
+}
+
+const SETTLE: &str = guarded!(
+    "status = 'settled', transcript_id = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
+     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
+);
+const SKIP: &str = guarded!(
+    "status = 'skipped', skip_reason = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
+     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
+);
+const RETRY: &str = guarded!(
+    "attempts = $18, next_visible_at_ms = $19, failure_code = $20, failure_sha256 = $21, \
+     lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL"
+);
+const DEAD_LETTER: &str = guarded!(
+    "status = 'dead_lettered', attempts = $18, failure_code = $19, failure_sha256 = $20, \
+     next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
+     finished_at_ms = $8"
+);
+const RELEASE: &str = guarded!(
+    "lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, next_visible_at_ms = $8"
+);
+const EXTEND: &str = concat!(
+    "UPDATE receipts SET lease_until_ms = $9 WHERE ",
+    cas_where!(),
+    " RETURNING ",
+    pg_receipt_columns!()
+);
+
+fn cas_storable(cas: &Cas<'_>) -> bool {
+    storable(cas.receipt_id) && storable(cas.lease_owner) && storable(cas.lease_token)
+}
+
+/// The row, or `None` for an id no stored row can have.
+async fn row_if_storable(
+    conn: &mut PgConnection,
+    receipt_id: &str,
+) -> StoreResult<Option<ReceiptRow>> {
+    if storable(receipt_id) {
+        row(conn, receipt_id).await
+    } else {
+        Ok(None)
+    }
+}
+
+/// A guard without a replay never matches; its answer is the error.
+fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
+    explained
+        .err()
+        .unwrap_or_else(|| SettlementRouteError::conflict("claim does not match the persisted row"))
+}
+
+fn guarded(
+    sql: &'static str,
+    cas: &Cas<'_>,
+    now: i64,
+    h: &NewHistory,
+) -> Query<'static, Postgres, PgArguments> {
+    sqlx::query(sql)
+        .bind(cas.receipt_id.to_owned())
+        .bind(cas.finalized_at)
+        .bind(cas.attempts)
+        .bind(cas.row_version)
+        .bind(cas.lease_owner.to_owned())
+        .bind(cas.lease_token.to_owned())
+        .bind(cas.lease_until_ms)
+        .bind(now)
+        .bind(h.attempt)
+        .bind(h.outcome)
+        .bind(h.code)
+        .bind(h.detail_sha256.clone())
+        .bind(h.transcript_id.clone())
+        .bind(h.reason)
+        .bind(h.worker_id.clone())
+        .bind(h.observed_at_ms)
+        .bind(h.route)
+}
+
+/// Apply a planned change and its history entry; `true` when the guard matched.
+async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResult<bool> {
+    let (h, now) = (&plan.history, plan.observed_at_ms);
+    let query = match &plan.change {
+        Change::Settle { transcript_id } => {
+            guarded(SETTLE, cas, now, h).bind(transcript_id.clone())
+        }
+        Change::Skip { reason } => guarded(SKIP, cas, now, h).bind(*reason),
+        Change::Retry {
+            attempts,
+            next_visible_at_ms,
+            code,
+            sha256,
+        } => guarded(RETRY, cas, now, h)
+            .bind(*attempts)
+            .bind(*next_visible_at_ms)
+            .bind(*code)
+            .bind(sha256.clone()),
+        Change::DeadLetter {
+            attempts,
+            code,
+            sha256,
+        } => guarded(DEAD_LETTER, cas, now, h)
+            .bind(*attempts)
+            .bind(*code)
+            .bind(sha256.clone()),
+    };
+    Ok(query.execute(conn).await?.rows_affected() == 1)
+}
+
+/// One outcome. Any database error aborts a PostgreSQL transaction, so in
+/// `careful` mode the write runs under a savepoint: a refused item is undone
+/// alone and the batch goes on, as on SQLite. Savepoints cost two round trips
+/// per item, so a batch is first tried without them; `Ok(None)` asks for the
+/// careful retry when an item was refused by the database.
+async fn record_one(
+    tx: &mut Tx,
+    careful: bool,
+    claim: &SettlementAttemptClaim,
+    input: &SettlementRoutingInput,
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> StoreResult<Option<StoreResult<SettlementRoute>>> {
+    let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
+        Ok(plan) => plan,
+        Err(refusal) => {
+            let found = row_if_storable(tx, &claim.receipt_id).await?;
+            let refused =
+                rules::refused_plan(found.as_ref(), claim, refusal, policy, observed_at_ms);
+            return Ok(Some(Err(refused)));
+        }
+    };
+    let cas = Cas::of(claim)?;
+    if plan.lease_live && cas_storable(&cas) {
+        if !careful {
+            match apply(&mut *tx, &cas, &plan).await {
+                Ok(true) => return Ok(Some(Ok(plan.route))),
+                Ok(false) => {}
+                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                Err(_) => return Ok(None),
+            }
+        } else {
+            let mut item = Acquire::begin(&mut *tx).await?;
+            match apply(&mut item, &cas, &plan).await {
+                Ok(matched) => {
+                    item.commit().await?;
+                    if matched {
+                        return Ok(Some(Ok(plan.route)));
+                    }
+                }
+                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                Err(e) => {
+                    item.rollback().await?;
+                    return Ok(Some(Err(e)));
+                }
+            }
+        }
+    }
+    let row = row_if_storable(tx, &claim.receipt_id).await?;
+    Ok(Some(rules::explain_miss(
+        row.as_ref(),
+        claim,
+        Some(input),
+        observed_at_ms,
+    )))
+}
+
+/// Backend errors abort the whole call; everything else is judged per item.
+/// `Ok(None)`: retry the batch in careful mode.
+async fn record_all(
+    tx: &mut Tx,
+    careful: bool,
+    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> StoreResult<Option<Vec<StoreResult<SettlementRoute>>>> {
+    let mut results: Vec<Option<StoreResult<SettlementRoute>>> =
+        outcomes.iter().map(|_| None).collect();
+    for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
+        let (claim, input) = &outcomes[i];
+        match record_one(tx, careful, claim, input, policy, observed_at_ms).await {
+            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+            Err(e) => results[i] = Some(Err(e)),
+            Ok(None) => return Ok(None),
+            Ok(Some(result)) => results[i] = Some(result),
+        }
+    }
+    let results: Vec<_> = results.into_iter().flatten().collect();
+    if results.iter().any(retried) {
+        announce(tx).await?;
+    }
+    Ok(Some(results))
+}
+
+pub(super) fn retried(result: &StoreResult<SettlementRoute>) -> bool {
+    matches!(result, Ok(SettlementRoute::RetryScheduled { .. }))
+}
+
+async fn extend(
+    tx: &mut Tx,
+    claim: &SettlementAttemptClaim,
+    now_ms: u64,
+    until: i64,
+) -> StoreResult<SettlementAttemptClaim> {
+    let cas = Cas::of(claim)?;
+    let now = to_i64(now_ms, "now_ms")?;
+    let updated: Option<ReceiptRow> = if cas_storable(&cas) {
+        sqlx::query_as(EXTEND)
+            .bind(cas.receipt_id)
+            .bind(cas.finalized_at)
+            .bind(cas.attempts)
+            .bind(cas.row_version)
+            .bind(cas.lease_owner)
+            .bind(cas.lease_token)
+            .bind(cas.lease_until_ms)
+            .bind(now)
+            .bind(until)
+            .fetch_optional(&mut **tx)
+            .await?
+    } else {
+        None
+    };
+    match updated {
+        Some(row) => row.claim(),
+        None => {
+            let row = row_if_storable(tx, &claim.receipt_id).await?;
+            Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)))
+        }
+    }
+}
+
+async fn release(tx: &mut Tx, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+    let cas = Cas::of(claim)?;
+    let now = to_i64(now_ms, "now_ms")?;
+    let released = cas_storable(&cas)
+        && guarded(RELEASE, &cas, now, &rules::release_entry(claim, now))
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+            == 1;
+    if !released {
+        let row = row_if_storable(tx, &claim.receipt_id).await?;
+        return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
+    }
+    announce(tx).await
+}
+
+/// Record one caller's outcomes in a transaction of their own: without
+/// savepoints first, then with one per item when the database refused one.
+pub(super) async fn record_outcomes(
+    pool: &PgPool,
+    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+    policy: RetryPolicy,
+    observed_at_ms: u64,
+) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    let mut tx = pool.begin().await?;
+    let fast = record_all(&mut tx, false, outcomes, policy, observed_at_ms).await;
+    match fast {
+        Ok(Some(results)) => finish(tx, Ok(results)).await,
+        // An item was refused by the database, which aborted the
+        // transaction: start again with a savepoint per item.
+        Ok(None) => {
+            tx.rollback().await?;
+            let mut tx = pool.begin().await?;
+            let careful = record_all(&mut tx, true, outcomes, policy, observed_at_ms).await;
+            let careful = careful.and_then(|r| {
+                r.ok_or_else(|| SettlementRouteError::backend("careful retry asked to retry"))
+            });
+            finish(tx, careful).await
+        }
+        Err(e) => finish(tx, Err(e)).await,
+    }
+}
+
+/// Extend one lease in a transaction of its own.
+pub(super) async fn extend_claim(
+    pool: &PgPool,
+    claim: &SettlementAttemptClaim,
+    extend_ms: LeaseMs,
+    now_ms: u64,
+) -> StoreResult<SettlementAttemptClaim> {
+    let until = rules::lease_deadline(now_ms, extend_ms.get())?;
+    let mut tx = pool.begin().await?;
+    let result = extend(&mut tx, claim, now_ms, until).await;
+    finish(tx, result).await
+}
+
+/// Release one lease in a transaction of its own.
+pub(super) async fn release_claim(
+    pool: &PgPool,
+    claim: &SettlementAttemptClaim,
+    now_ms: u64,
+) -> StoreResult<()> {
+    let mut tx = pool.begin().await?;
+    let result = release(&mut tx, claim, now_ms).await;
+    finish(tx, result).await
+}
