@@ -102,14 +102,7 @@ async fn serve<J: Mergeable>(
         if jobs.is_empty() {
             continue;
         }
-        let run = J::run(&pool, &jobs);
-        let (answers, wakes) = match bound {
-            None => run.await,
-            Some(bound) => tokio::time::timeout(bound, run).await.unwrap_or_else(|_| {
-                let late = SettlementRouteError::backend("the database did not answer in time");
-                (jobs.iter().map(|_| Err(late.clone())).collect(), false)
-            }),
-        };
+        let (answers, wakes) = run_contained(&pool, jobs, bound).await;
         if wakes {
             notify.notify_waiters();
         }
@@ -118,4 +111,32 @@ async fn serve<J: Mergeable>(
             let _ = reply.send(answer);
         }
     }
+}
+
+/// Run one group on its own task, so that a panic in it (a bug) answers its
+/// callers with an error instead of ending this queue's runner.
+async fn run_contained<J: Mergeable>(
+    pool: &PgPool,
+    jobs: Vec<J>,
+    bound: Option<Duration>,
+) -> (Vec<StoreResult<J::Answer>>, bool) {
+    let count = jobs.len();
+    let failed = |why: &str| {
+        let e = SettlementRouteError::backend(why);
+        ((0..count).map(|_| Err(e.clone())).collect(), false)
+    };
+    let pool = pool.clone();
+    let mut task = tokio::spawn(async move { J::run(&pool, &jobs).await });
+    let finished = match bound {
+        None => (&mut task).await,
+        Some(bound) => match tokio::time::timeout(bound, &mut task).await {
+            Ok(finished) => finished,
+            Err(_) => {
+                // Dropping the statement's future cancels it, as before.
+                task.abort();
+                return failed("the database did not answer in time");
+            }
+        },
+    };
+    finished.unwrap_or_else(|_| failed("a write failed unexpectedly"))
 }

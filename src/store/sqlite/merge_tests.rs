@@ -144,3 +144,27 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
     let status = store.status(NOW, 10).await.unwrap();
     assert_eq!(status.counts.pending, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
+    let (_dir, store) = open().await;
+    let panicked = store
+        .writer
+        .solo(|conn| -> crate::store::StoreResult<()> {
+            conn.execute("DELETE FROM receipts", [])?;
+            panic!("a bug in a write");
+        })
+        .await;
+    assert!(
+        matches!(panicked, Err(SettlementRouteError::Backend { .. })),
+        "{panicked:?}"
+    );
+    let receipt = NewReceipt {
+        receipt_id: ReceiptId::parse("after-the-panic").unwrap(),
+        finalized_at: 1,
+        observation: None,
+        visible_at_ms: None,
+    };
+    let created = store.enqueue(&[receipt], NOW).await.expect("later writes work");
+    assert_eq!(created, vec![crate::store::Enqueued::Created]);
+}
