@@ -76,11 +76,12 @@ END;
 
 -- Rows holding a lease, live or expired (the lease columns are all set or
 -- all NULL, and only active rows hold one). Live leases are the range
--- lease_until_ms > now, counted per bucket from the index alone; the
--- expired ones are the rest, whose next_visible_at_ms feeds the oldest due
--- age.
-CREATE INDEX receipts_leases ON receipts (lease_until_ms, attempts, next_visible_at_ms)
-    WHERE lease_token IS NOT NULL;
+-- lease_until_ms > now, expired ones the rest; the columns after the first
+-- let the live counts, the leased sample and the oldest expired lease be
+-- read from the index alone, without visiting the rows.
+CREATE INDEX receipts_leases
+    ON receipts (lease_until_ms, attempts, next_visible_at_ms, finalized_at, receipt_id)
+    WHERE lease_until_ms IS NOT NULL;
 
 -- Active rows not holding a lease, in due order: the oldest due age is the
 -- first entry (or an expired lease, from receipts_leases), without stepping

@@ -68,7 +68,7 @@ impl PostgresStore {
         .await?;
         let live: (i64, i64) = sqlx::query_as(
             "SELECT COUNT(*), COUNT(*) FILTER (WHERE attempts = 0) FROM receipts \
-             WHERE lease_token IS NOT NULL AND lease_until_ms > $1",
+             WHERE lease_until_ms > $1",
         )
         .bind(now)
         .fetch_one(&mut *tx)
@@ -79,7 +79,7 @@ impl PostgresStore {
                (SELECT MIN(next_visible_at_ms) FROM receipts \
                  WHERE status = 'active' AND lease_token IS NULL AND next_visible_at_ms <= $1), \
                (SELECT MIN(next_visible_at_ms) FROM receipts \
-                 WHERE lease_token IS NOT NULL AND lease_until_ms <= $1 \
+                 WHERE lease_until_ms <= $1 \
                  AND next_visible_at_ms <= $1))",
         )
         .bind(now)
@@ -102,7 +102,7 @@ impl PostgresStore {
                 }
                 ReceiptState::Leased => {
                     "SELECT receipt_id, finalized_at, attempts FROM receipts \
-                     WHERE lease_token IS NOT NULL AND lease_until_ms > $1 \
+                     WHERE lease_until_ms > $1 \
                      ORDER BY finalized_at, receipt_id LIMIT $2"
                 }
                 ReceiptState::Settled | ReceiptState::Skipped | ReceiptState::DeadLettered => {

@@ -87,7 +87,7 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
     .await?;
     let live: (i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), COALESCE(SUM(attempts = 0), 0) FROM receipts \
-         WHERE lease_token IS NOT NULL AND lease_until_ms > ?1",
+         WHERE lease_until_ms > ?1",
     )
     .bind(now)
     .fetch_one(&mut *tx)
@@ -99,7 +99,7 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
             WHERE status = 'active' AND lease_token IS NULL AND next_visible_at_ms <= ?1 \
            UNION ALL \
            SELECT MIN(next_visible_at_ms) FROM receipts \
-            WHERE lease_token IS NOT NULL AND lease_until_ms <= ?1 AND next_visible_at_ms <= ?1)",
+            WHERE lease_until_ms <= ?1 AND next_visible_at_ms <= ?1)",
     )
     .bind(now)
     .fetch_one(&mut *tx)
@@ -121,7 +121,7 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
             ),
             ReceiptState::Leased => {
                 "SELECT receipt_id, finalized_at, attempts FROM receipts INDEXED BY receipts_leases \
-                 WHERE lease_token IS NOT NULL AND lease_until_ms > ?1 \
+                 WHERE lease_until_ms > ?1 \
                  ORDER BY finalized_at, receipt_id LIMIT ?2"
             }
             ReceiptState::Settled | ReceiptState::Skipped | ReceiptState::DeadLettered => {
