@@ -24,3 +24,6 @@ mod leases;
 
 #[path = "conformance/views.rs"]
 mod views;
+
+#[path = "conformance/counts.rs"]
+mod counts;

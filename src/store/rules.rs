@@ -366,6 +366,37 @@ pub fn redrive_entry(letter: &DeadLetter, now: i64) -> NewHistory {
 /// One sampled receipt: `(receipt_id, finalized_at, attempts)`.
 pub type SampleRow = (String, i64, i64);
 
+/// The committed buckets kept by the counting triggers: `(fresh, retried,
+/// settled, skipped, dead_lettered)`, where fresh and retried are the
+/// active rows with no attempt yet and with some.
+pub type Buckets = (i64, i64, i64, i64, i64);
+
+/// Per-state counts from the buckets and the leases live at the moment
+/// asked, `(all, those on fresh rows)`: a leased row stays in its bucket, so
+/// pending and retry_scheduled are their bucket less its live leases.
+pub fn state_counts(buckets: Buckets, live: (i64, i64)) -> StoreResult<Vec<(String, i64)>> {
+    let (fresh, retried, settled, skipped, dead_lettered) = buckets;
+    let (live_all, live_fresh) = live;
+    let counts = [
+        ("pending", fresh - live_fresh),
+        ("leased", live_all),
+        ("retry_scheduled", retried - (live_all - live_fresh)),
+        ("settled", settled),
+        ("skipped", skipped),
+        ("dead_lettered", dead_lettered),
+    ];
+    // A negative count means the counters disagree with the rows.
+    if counts.iter().any(|(_, n)| *n < 0) {
+        return Err(SettlementRouteError::invalid_record(
+            "stored receipt counters",
+        ));
+    }
+    Ok(counts
+        .into_iter()
+        .map(|(state, n)| (state.to_owned(), n))
+        .collect())
+}
+
 /// Assemble `/v1/status` from per-state counts, the oldest due time and
 /// per-state samples (each already limited to `limit` rows).
 pub fn build_status(

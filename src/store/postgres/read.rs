@@ -4,14 +4,6 @@
 use super::super::rows::to_i64;
 use super::*;
 
-/// The state a row reports at `$1`, in SQL.
-macro_rules! state_case {
-    () => {
-        "(CASE WHEN status <> 'active' THEN status WHEN lease_until_ms > $1 THEN 'leased' \
-          WHEN attempts = 0 THEN 'pending' ELSE 'retry_scheduled' END)"
-    };
-}
-
 impl PostgresStore {
     pub(super) async fn read_view(
         &self,
@@ -45,7 +37,8 @@ impl PostgresStore {
         let rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
             "SELECT ",
             pg_receipt_columns!(),
-            " FROM receipts WHERE status = 'dead_lettered' AND (finalized_at, receipt_id) > ($1, $2) \
+            " FROM receipts WHERE status = 'dead_lettered' AND status <> 'active' \
+              AND (finalized_at, receipt_id) > ($1, $2) \
               ORDER BY finalized_at, receipt_id LIMIT $3"
         ))
         .bind(after_at)
@@ -58,40 +51,77 @@ impl PostgresStore {
             .collect()
     }
 
+    /// Counts, oldest due time and samples from one snapshot, without a
+    /// scan: the counter slots kept by triggers
+    /// (migrations/postgres/0004_counts.sql) plus the live leases, each
+    /// sample a range of its own partial index.
     pub(super) async fn status_view(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
         let now = to_i64(now_ms, "now_ms")?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.begin_read().await?;
-        let counted: Vec<(String, i64)> = sqlx::query_as(concat!(
-            "SELECT ",
-            state_case!(),
-            " AS st, COUNT(*) FROM receipts GROUP BY st"
-        ))
-        .bind(now)
-        .fetch_all(&mut *tx)
+        let sums: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(SUM(fresh), 0)::int8, COALESCE(SUM(retried), 0)::int8, \
+             COALESCE(SUM(settled), 0)::int8, COALESCE(SUM(skipped), 0)::int8, \
+             COALESCE(SUM(dead_lettered), 0)::int8 FROM receipt_counts",
+        )
+        .fetch_one(&mut *tx)
         .await?;
+        let live: (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE attempts = 0) FROM receipts \
+             WHERE lease_until_ms > $1",
+        )
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        // Due rows either hold no lease or an expired one.
         let oldest: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(next_visible_at_ms) FROM receipts WHERE status = 'active' \
-             AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1)",
+            "SELECT LEAST( \
+               (SELECT MIN(next_visible_at_ms) FROM receipts \
+                 WHERE status = 'active' AND lease_token IS NULL AND next_visible_at_ms <= $1), \
+               (SELECT MIN(next_visible_at_ms) FROM receipts \
+                 WHERE lease_until_ms <= $1 \
+                 AND next_visible_at_ms <= $1))",
         )
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
         let mut samples = Vec::new();
         for state in ReceiptState::ALL {
-            let rows: Vec<(String, i64, i64)> = sqlx::query_as(concat!(
-                "SELECT receipt_id, finalized_at, attempts FROM receipts WHERE ",
-                state_case!(),
-                " = $2 ORDER BY finalized_at, receipt_id LIMIT $3"
-            ))
-            .bind(now)
-            .bind(state.as_str())
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
+            let sql = match state {
+                ReceiptState::Pending => {
+                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
+                     WHERE status = 'active' AND attempts = 0 \
+                     AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+                     ORDER BY finalized_at, receipt_id LIMIT $2"
+                }
+                ReceiptState::RetryScheduled => {
+                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
+                     WHERE status = 'active' AND attempts > 0 \
+                     AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+                     ORDER BY finalized_at, receipt_id LIMIT $2"
+                }
+                ReceiptState::Leased => {
+                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
+                     WHERE lease_until_ms > $1 \
+                     ORDER BY finalized_at, receipt_id LIMIT $2"
+                }
+                ReceiptState::Settled | ReceiptState::Skipped | ReceiptState::DeadLettered => {
+                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
+                     WHERE status = $1 AND status <> 'active' \
+                     ORDER BY finalized_at, receipt_id LIMIT $2"
+                }
+            };
+            let query = sqlx::query_as::<_, (String, i64, i64)>(sql);
+            let query = match state {
+                ReceiptState::Pending | ReceiptState::RetryScheduled | ReceiptState::Leased => {
+                    query.bind(now)
+                }
+                _ => query.bind(state.as_str()),
+            };
+            let rows = query.bind(limit).fetch_all(&mut *tx).await?;
             samples.push((state, rows));
         }
         tx.commit().await?;
-        rules::build_status(now, counted, oldest, samples)
+        rules::build_status(now, rules::state_counts(sums, live)?, oldest, samples)
     }
 }

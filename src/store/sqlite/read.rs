@@ -7,14 +7,6 @@ use super::super::rules;
 use super::super::*;
 use crate::receipt_columns;
 
-/// The state a row reports at `?1`, in SQL.
-macro_rules! state_case {
-    () => {
-        "(CASE WHEN status <> 'active' THEN status WHEN lease_until_ms > ?1 THEN 'leased' \
-          WHEN attempts = 0 THEN 'pending' ELSE 'retry_scheduled' END)"
-    };
-}
-
 /// One receipt row.
 pub async fn row(conn: &mut SqliteConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
     Ok(sqlx::query_as(concat!(
@@ -69,8 +61,8 @@ pub async fn dead_letters(
     let rows: Vec<ReceiptRow> = sqlx::query_as(concat!(
         "SELECT ",
         receipt_columns!(),
-        " FROM receipts WHERE status = 'dead_lettered' AND (finalized_at, receipt_id) > (?1, ?2) \
-          ORDER BY finalized_at, receipt_id LIMIT ?3"
+        " FROM receipts WHERE status = 'dead_lettered' AND status <> 'active' \
+          AND (finalized_at, receipt_id) > (?1, ?2) ORDER BY finalized_at, receipt_id LIMIT ?3"
     ))
     .bind(after_at)
     .bind(after_id)
@@ -82,39 +74,72 @@ pub async fn dead_letters(
         .collect()
 }
 
-/// Counts, oldest due time and samples, from one snapshot.
+/// Counts, oldest due time and samples, from one snapshot, without a scan:
+/// counters kept by triggers (migrations/sqlite/0004_counts.sql) plus the
+/// live leases, each sample a range of its own partial index.
 pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<StatusView> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut tx = pool.begin().await?;
-    let counted: Vec<(String, i64)> = sqlx::query_as(concat!(
-        "SELECT ",
-        state_case!(),
-        " AS st, COUNT(*) FROM receipts GROUP BY st"
-    ))
-    .bind(now)
-    .fetch_all(&mut *tx)
+    let sums: (i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT fresh, retried, settled, skipped, dead_lettered FROM receipt_counts WHERE id = 1",
+    )
+    .fetch_one(&mut *tx)
     .await?;
+    let live: (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COALESCE(SUM(attempts = 0), 0) FROM receipts \
+         WHERE lease_until_ms > ?1",
+    )
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    // Due rows either hold no lease or an expired one.
     let oldest: Option<i64> = sqlx::query_scalar(
-        "SELECT MIN(next_visible_at_ms) FROM receipts WHERE status = 'active' \
-         AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1)",
+        "SELECT MIN(t) FROM ( \
+           SELECT MIN(next_visible_at_ms) AS t FROM receipts \
+            WHERE status = 'active' AND lease_token IS NULL AND next_visible_at_ms <= ?1 \
+           UNION ALL \
+           SELECT MIN(next_visible_at_ms) FROM receipts \
+            WHERE lease_until_ms <= ?1 AND next_visible_at_ms <= ?1)",
     )
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
     let mut samples = Vec::new();
     for state in ReceiptState::ALL {
-        let rows: Vec<rules::SampleRow> = sqlx::query_as(concat!(
-            "SELECT receipt_id, finalized_at, attempts FROM receipts WHERE ",
-            state_case!(),
-            " = ?2 ORDER BY finalized_at, receipt_id LIMIT ?3"
-        ))
-        .bind(now)
-        .bind(state.as_str())
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
+        let sql = match state {
+            ReceiptState::Pending => concat!(
+                "SELECT receipt_id, finalized_at, attempts FROM receipts INDEXED BY receipts_fresh \
+                 WHERE status = 'active' AND attempts = 0 ",
+                "AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) ",
+                "ORDER BY finalized_at, receipt_id LIMIT ?2"
+            ),
+            ReceiptState::RetryScheduled => concat!(
+                "SELECT receipt_id, finalized_at, attempts FROM receipts INDEXED BY receipts_retried \
+                 WHERE status = 'active' AND attempts > 0 ",
+                "AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) ",
+                "ORDER BY finalized_at, receipt_id LIMIT ?2"
+            ),
+            ReceiptState::Leased => {
+                "SELECT receipt_id, finalized_at, attempts FROM receipts INDEXED BY receipts_leases \
+                 WHERE lease_until_ms > ?1 \
+                 ORDER BY finalized_at, receipt_id LIMIT ?2"
+            }
+            ReceiptState::Settled | ReceiptState::Skipped | ReceiptState::DeadLettered => {
+                "SELECT receipt_id, finalized_at, attempts FROM receipts \
+                 INDEXED BY receipts_by_status WHERE status = ?1 AND status <> 'active' \
+                 ORDER BY finalized_at, receipt_id LIMIT ?2"
+            }
+        };
+        let query = sqlx::query_as::<_, rules::SampleRow>(sql);
+        let query = match state {
+            ReceiptState::Pending | ReceiptState::RetryScheduled | ReceiptState::Leased => {
+                query.bind(now)
+            }
+            _ => query.bind(state.as_str()),
+        };
+        let rows = query.bind(limit).fetch_all(&mut *tx).await?;
         samples.push((state, rows));
     }
     tx.commit().await?;
-    rules::build_status(now, counted, oldest, samples)
+    rules::build_status(now, rules::state_counts(sums, live)?, oldest, samples)
 }
