@@ -5,7 +5,7 @@
 INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, row_version,
     next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, failure_sha256,
     transcript_id, skip_reason, finished_at_ms, created_at_ms)
-SELECT 'r' || lpad(i::text, 10, '0'), 1700000000 + i / 100, '{"n":' || i || '}',
+SELECT 'r' || lpad(i::text, 10, '0'), 1700000000 + i / 100, ('{"n":' || i || '}')::json,
     CASE WHEN m < 60 THEN 'settled' WHEN m < 65 THEN 'skipped' WHEN m < 66 THEN 'dead_lettered'
          ELSE 'active' END,
     CASE WHEN m < 60 THEN 1 WHEN m < 66 THEN 2 WHEN m < 69 THEN 1 ELSE 0 END,

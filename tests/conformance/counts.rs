@@ -160,7 +160,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
 }
 
 async fn counts_of_rows_stored_before_the_counters_are_back_filled(fresh: Fresh) {
-    // Rows written around the store, as the 0003 migration finds them in a
+    // Rows written around the store, as the 0004 migration finds them in a
     // database already in use: take the counters away, load rows in bulk,
     // then run the migration's back-fill again.
     let sqlite = fresh.url.starts_with("sqlite:");

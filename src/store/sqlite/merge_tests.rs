@@ -165,6 +165,9 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         observation: None,
         visible_at_ms: None,
     };
-    let created = store.enqueue(&[receipt], NOW).await.expect("later writes work");
+    let created = store
+        .enqueue(&[receipt], NOW)
+        .await
+        .expect("later writes work");
     assert_eq!(created, vec![crate::store::Enqueued::Created]);
 }
