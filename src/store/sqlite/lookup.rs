@@ -88,6 +88,27 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
     if entries.is_empty() {
         return Ok(());
     }
+    if let [(id, h)] = entries {
+        // One entry: plain values, without reading a JSON batch.
+        conn.prepare_cached(
+            "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
+             transcript_id, reason, worker_id, observed_at_ms, route) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?
+        .execute((
+            id,
+            h.attempt,
+            h.outcome,
+            h.code,
+            &h.detail_sha256,
+            &h.transcript_id,
+            h.reason,
+            &h.worker_id,
+            h.observed_at_ms,
+            h.route,
+        ))?;
+        return Ok(());
+    }
     let rows: Vec<_> = entries
         .iter()
         .map(|(id, h)| {

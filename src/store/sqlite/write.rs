@@ -221,6 +221,13 @@ pub fn claim_due(
     if picked.is_empty() {
         return Ok((Vec::new(), 0));
     }
+    if let [(receipt_id, _, lease_until)] = picked.as_slice() {
+        // One row: the single-row lease, without `UPDATE … FROM`'s temporary tables.
+        let row = row(conn, receipt_id)?
+            .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?;
+        let claim = lease(conn, &row, worker_id, now, until)?;
+        return Ok((vec![claim], u64::from(lease_until.is_some())));
+    }
     let mut leases = Vec::with_capacity(picked.len());
     for (receipt_id, row_version, _) in &picked {
         // Refuse an overflowing version before anything is written.
@@ -389,6 +396,27 @@ fn apply_outcomes(
             n.6,
             n.7,
         ));
+    }
+    if let [row] = batch.as_slice() {
+        // One row: the same guarded update with bound values. `UPDATE … FROM`
+        // builds temporary tables whose set-up costs more than the row itself.
+        let changed = conn
+            .prepare_cached(
+                "UPDATE receipts SET status = ?9, transcript_id = ?10, skip_reason = ?11, \
+                 attempts = coalesce(?12, attempts), next_visible_at_ms = ?13, \
+                 failure_code = coalesce(?14, failure_code), \
+                 failure_sha256 = coalesce(?15, failure_sha256), lease_owner = NULL, \
+                 lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?16 \
+                 WHERE receipt_id = ?1 AND status = 'active' AND finalized_at = ?2 \
+                 AND attempts = ?3 AND row_version = ?4 AND lease_owner = ?5 \
+                 AND lease_token = ?6 AND lease_until_ms = ?7 AND lease_until_ms > ?8",
+            )?
+            .execute(*row)?;
+        return Ok(if changed == 1 {
+            HashSet::from([row.0.to_owned()])
+        } else {
+            HashSet::new()
+        });
     }
     let mut stmt = conn.prepare_cached(concat!(
         "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
