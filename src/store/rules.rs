@@ -275,6 +275,24 @@ pub fn refused_plan(
     }
 }
 
+/// Positions of a batch split into rounds in which every receipt id appears
+/// once: an `UPDATE … FROM` with a repeated key applies an arbitrary one of
+/// the repeats, while the serial answer is "first come, first served". Round
+/// `n` holds each id's `n`-th occurrence, so repeats keep their order.
+pub fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (position, id) in ids.enumerate() {
+        let n = seen.entry(id).or_insert(0);
+        if rounds.len() <= *n {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(position);
+        *n += 1;
+    }
+    rounds
+}
+
 /// A fresh lease token: 128 bits from the OS CSPRNG, as 32 hex characters.
 pub fn new_lease_token() -> StoreResult<String> {
     let mut bytes = [0u8; 16];

@@ -308,34 +308,9 @@ fn positions(len: usize, matched: Vec<i64>) -> Vec<bool> {
     out
 }
 
-/// Positions grouped into rounds: the n-th occurrence of an id goes to round
-/// n, so that each round holds an id at most once and repeats keep their order.
-pub(super) fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
-    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    let mut rounds: Vec<Vec<usize>> = Vec::new();
-    for (position, id) in ids.enumerate() {
-        let n = seen.entry(id).or_insert(0);
-        if rounds.len() <= *n {
-            rounds.push(Vec::new());
-        }
-        rounds[*n].push(position);
-        *n += 1;
-    }
-    rounds
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn repeats_of_an_id_go_to_successive_rounds_in_order() {
-        let ids = ["b", "a", "b", "c", "b", "a"];
-        assert_eq!(
-            rounds(ids.into_iter()),
-            vec![vec![0, 1, 3], vec![2, 5], vec![4]]
-        );
-    }
 
     #[test]
     fn ordinals_become_match_flags() {

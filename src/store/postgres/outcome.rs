@@ -374,7 +374,7 @@ fn refusal(unit: &Unit<'_>, error: SettlementRouteError) -> UnitAnswer {
 async fn run_in(conn: &mut PgConnection, jobs: &[Job]) -> StoreResult<Option<(Vec<Answer>, bool)>> {
     let units = units(jobs);
     let mut answers: Vec<Option<UnitAnswer>> = vec![None; units.len()];
-    for round in guarded::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())) {
+    for round in rules::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())) {
         if !run_round(conn, &units, &round, &mut answers).await? {
             return Ok(None);
         }
@@ -438,7 +438,7 @@ fn answer_wakes(answer: &StoreResult<Answer>) -> bool {
 fn one_statement(jobs: &[Job]) -> bool {
     let units = units(jobs);
     !jobs.iter().any(|j| matches!(j, Job::Extend { .. }))
-        && guarded::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())).len() <= 1
+        && rules::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())).len() <= 1
 }
 
 /// Run a group of jobs as one durable transaction; a backend failure fails

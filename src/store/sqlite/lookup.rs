@@ -83,6 +83,35 @@ pub fn history(conn: &Connection, receipt_id: &str) -> StoreResult<Vec<HistoryRo
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// A history entry's columns, in the order of the `INSERT`s below.
+type HistoryValues<'a> = (
+    &'a str,
+    i64,
+    &'static str,
+    Option<&'static str>,
+    &'a Option<String>,
+    &'a Option<String>,
+    Option<&'static str>,
+    &'a str,
+    i64,
+    Option<&'static str>,
+);
+
+fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
+    (
+        id,
+        h.attempt,
+        h.outcome,
+        h.code,
+        &h.detail_sha256,
+        &h.transcript_id,
+        h.reason,
+        &h.worker_id,
+        h.observed_at_ms,
+        h.route,
+    )
+}
+
 /// Append history entries, in order, with one statement.
 pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> StoreResult<()> {
     if entries.is_empty() {
@@ -95,36 +124,12 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
              transcript_id, reason, worker_id, observed_at_ms, route) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?
-        .execute((
-            id,
-            h.attempt,
-            h.outcome,
-            h.code,
-            &h.detail_sha256,
-            &h.transcript_id,
-            h.reason,
-            &h.worker_id,
-            h.observed_at_ms,
-            h.route,
-        ))?;
+        .execute(history_values(id, h))?;
         return Ok(());
     }
     let rows: Vec<_> = entries
         .iter()
-        .map(|(id, h)| {
-            (
-                id,
-                h.attempt,
-                h.outcome,
-                h.code,
-                &h.detail_sha256,
-                &h.transcript_id,
-                h.reason,
-                &h.worker_id,
-                h.observed_at_ms,
-                h.route,
-            )
-        })
+        .map(|(id, h)| history_values(id, h))
         .collect();
     let mut stmt = conn.prepare_cached(
         "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \

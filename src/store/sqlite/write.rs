@@ -48,24 +48,6 @@ pub struct EnqueueItem {
     pub now: i64,
 }
 
-/// Split positions into rounds in which every receipt id appears once: an
-/// `UPDATE … FROM` with a repeated key would apply an arbitrary one of the
-/// repeats, while the serial answer is "first come, first served". Round `r`
-/// holds each id's `r`-th occurrence, so rounds run in arrival order per id.
-fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    let mut rounds: Vec<Vec<usize>> = Vec::new();
-    for (i, id) in ids.enumerate() {
-        let n = seen.entry(id).or_insert(0);
-        if rounds.len() <= *n {
-            rounds.push(Vec::new());
-        }
-        rounds[*n].push(i);
-        *n += 1;
-    }
-    rounds
-}
-
 /// Store receipts; each is judged on its own. Two statements whatever the
 /// batch size: one `INSERT … SELECT FROM jsonb_each … ON CONFLICT DO NOTHING`
 /// that returns the ids it created, and one read of the rows that already
@@ -447,7 +429,7 @@ pub fn record(
     items: &[OutcomeItem],
 ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
     let mut results: Vec<Option<StoreResult<SettlementRoute>>> = vec![None; items.len()];
-    for round in rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
+    for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
         // Plan every item; those that cannot apply are explained below.
         let mut planned = Vec::new();
         let mut explain: Vec<(usize, Option<SettlementRouteError>)> = Vec::new();
@@ -562,7 +544,7 @@ pub fn extend(
     items: &[ExtendItem],
 ) -> StoreResult<Vec<StoreResult<SettlementAttemptClaim>>> {
     let mut results: Vec<Option<StoreResult<SettlementAttemptClaim>>> = vec![None; items.len()];
-    for round in rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
+    for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
         let mut batch = Vec::new();
         for &i in &round {
             let it = &items[i];
@@ -612,7 +594,7 @@ pub fn extend(
 /// Give live leases back (each due at once) with a history entry each.
 pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<StoreResult<()>>> {
     let mut results: Vec<Option<StoreResult<()>>> = vec![None; items.len()];
-    for round in rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
+    for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
         let mut batch = Vec::new();
         for &i in &round {
             let it = &items[i];
@@ -708,7 +690,8 @@ pub fn purge(conn: &Connection, before: i64, limit: usize) -> StoreResult<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{PICK_DUE, claim_due, rounds};
+    use super::super::super::rules::rounds;
+    use super::{PICK_DUE, claim_due};
     use crate::domain::{ClaimLimit, WorkerId};
 
     #[test]
