@@ -57,6 +57,12 @@ impl AllowedHosts {
         Ok(Self(Some(Arc::new(names))))
     }
 
+    /// Whether every name is answered (a server with tokens).
+    #[must_use]
+    pub fn allows_any(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Whether a request addressed to `authority` (`host[:port]`) is answered.
     #[must_use]
     pub fn allows(&self, authority: &str) -> bool {
@@ -145,9 +151,8 @@ fn refuse(status: StatusCode, code: &'static str, detail: &str) -> Response {
 /// state-changing requests a cross-site page could have made.
 pub async fn guard(State(hosts): State<AllowedHosts>, request: Request, next: Next) -> Response {
     let authority = authority(&request);
-    if let Some(authority) = authority
-        && !hosts.allows(authority)
-    {
+    // No (readable) Host at all is refused too when the names are restricted.
+    if !hosts.allows_any() && !authority.is_some_and(|a| hosts.allows(a)) {
         return refuse(
             StatusCode::MISDIRECTED_REQUEST,
             "host_not_allowed",

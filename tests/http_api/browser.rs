@@ -237,3 +237,21 @@ async fn the_dashboard_cannot_be_framed() {
     assert_eq!(page.headers()["x-frame-options"], "DENY");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_anonymous_server_refuses_a_request_without_a_host() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = with_dead_letter().await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    // HTTP/1.0 allows leaving Host out; no name means no loopback name either.
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    stream
+        .write_all(b"GET /v1/status HTTP/1.0\r\n\r\n")
+        .await
+        .expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.0 421"), "{answer}");
+    assert!(answer.contains("host_not_allowed"), "{answer}");
+}

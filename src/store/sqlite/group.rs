@@ -173,6 +173,10 @@ impl Writer {
     }
 }
 
+fn lost() -> SettlementRouteError {
+    SettlementRouteError::backend("SQLite rolled the group's transaction back")
+}
+
 fn one<T>(mut results: Vec<StoreResult<T>>) -> StoreResult<T> {
     results
         .pop()
@@ -186,17 +190,28 @@ fn in_savepoint<T>(
     name: &str,
     op: impl FnOnce(&Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
+    // After a full disk or an I/O error SQLite may have rolled the whole
+    // group back on its own; a savepoint opened now would start (and its
+    // release commit) a transaction of its own, outside the group.
+    if conn.is_autocommit() {
+        return Err(lost());
+    }
     // Cached statements: a savepoint per request must not cost a parse.
     conn.prepare_cached(&format!("SAVEPOINT {name}"))?
         .execute([])?;
     let result = catch_unwind(AssertUnwindSafe(|| op(conn)))
         .unwrap_or_else(|_| Err(SettlementRouteError::backend("a write panicked")));
     if result.is_err() {
-        conn.prepare_cached(&format!("ROLLBACK TO {name}"))?
+        // Fails only when the transaction is already gone, which the group
+        // checks before it commits.
+        let _ = conn
+            .prepare_cached(&format!("ROLLBACK TO {name}"))
+            .and_then(|mut s| s.execute([]));
+    }
+    if !conn.is_autocommit() {
+        conn.prepare_cached(&format!("RELEASE {name}"))?
             .execute([])?;
     }
-    conn.prepare_cached(&format!("RELEASE {name}"))?
-        .execute([])?;
     result
 }
 
@@ -228,6 +243,9 @@ fn run_kind<I, R: Send + 'static>(
                 Err(SettlementRouteError::backend("a merged batch lost answers"))
             }
         })
+        .map_err(
+            |e| tracing::debug!(error = %e, "merged batch refused; running its requests alone"),
+        )
         .ok()
     } else {
         None
@@ -346,6 +364,15 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
     run_kind(conn, outcomes, write::record, &mut finish, merged);
     run_kind(conn, extend, write::extend, &mut finish, merged);
     run_kind(conn, release, write::release, &mut finish, merged);
+    // Everything answered so far assumed the group's transaction; if SQLite
+    // dropped it, none of it is kept and nobody may hear otherwise.
+    if conn.is_autocommit() {
+        let e = lost();
+        for f in finish {
+            f(Some(&e));
+        }
+        return false;
+    }
     let committed = conn
         .execute_batch("COMMIT")
         .map_err(SettlementRouteError::from);

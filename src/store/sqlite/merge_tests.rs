@@ -171,3 +171,49 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         .expect("later writes work");
     assert_eq!(created, vec![crate::store::Enqueued::Created]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing() {
+    let (_dir, store) = open().await;
+    let store = std::sync::Arc::new(store);
+    let holder = hold_writer(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Stands for SQLite rolling the whole transaction back on its own (a full
+    // disk, an I/O error) while a write of the group was running.
+    let writer = store.writer.clone();
+    let dropped = tokio::spawn(async move {
+        writer
+            .solo(|conn| {
+                conn.execute_batch("ROLLBACK")?;
+                Ok(())
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let queued = store.clone();
+    let enqueue = tokio::spawn(async move {
+        let receipt = NewReceipt {
+            receipt_id: ReceiptId::parse("in-the-dropped-group").unwrap(),
+            finalized_at: 1,
+            observation: None,
+            visible_at_ms: None,
+        };
+        queued.enqueue(std::slice::from_ref(&receipt), NOW).await
+    });
+    holder.await.unwrap();
+    assert!(dropped.await.unwrap().is_err(), "the group was not committed");
+    let answer = enqueue.await.unwrap();
+    assert!(answer.is_err(), "not acknowledged: {answer:?}");
+    let id = ReceiptId::parse("in-the-dropped-group").unwrap();
+    assert_eq!(store.receipt(&id, NOW).await.unwrap(), None, "and not kept");
+    let again = NewReceipt {
+        receipt_id: id.clone(),
+        finalized_at: 1,
+        observation: None,
+        visible_at_ms: None,
+    };
+    assert_eq!(
+        store.enqueue(&[again], NOW).await.expect("the writer goes on"),
+        vec![crate::store::Enqueued::Created]
+    );
+}

@@ -37,6 +37,12 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Open (creating if missing) and migrate the database at `url` (`sqlite:PATH`).
     pub async fn open(url: &str) -> StoreResult<Self> {
+        // The writer and the readers are separate connections to one file.
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Err(SettlementRouteError::backend(
+                "in-memory SQLite databases are not supported: use sqlite:PATH",
+            ));
+        }
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)

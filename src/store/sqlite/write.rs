@@ -580,7 +580,9 @@ pub fn extend(
             let it = &items[i];
             let id = it.claim.receipt_id.as_str();
             results[i] = Some(match updated.get(id) {
-                Some(row) => row.claim(),
+                // A corrupt row fails the whole call, so that its savepoint
+                // undoes the extension the caller is not told about.
+                Some(row) => Ok(row.claim()?),
                 None => Err(lease_miss(found.get(id), &it.claim, it.now_ms)),
             });
         }
