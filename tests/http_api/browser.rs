@@ -244,7 +244,9 @@ async fn an_anonymous_server_refuses_a_request_without_a_host() {
     let s = with_dead_letter().await;
     let addr = s.base.trim_start_matches("http://").to_owned();
     // HTTP/1.0 allows leaving Host out; no name means no loopback name either.
-    let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
     stream
         .write_all(b"GET /v1/status HTTP/1.0\r\n\r\n")
         .await

@@ -201,7 +201,10 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
         queued.enqueue(std::slice::from_ref(&receipt), NOW).await
     });
     holder.await.unwrap();
-    assert!(dropped.await.unwrap().is_err(), "the group was not committed");
+    assert!(
+        dropped.await.unwrap().is_err(),
+        "the group was not committed"
+    );
     let answer = enqueue.await.unwrap();
     assert!(answer.is_err(), "not acknowledged: {answer:?}");
     let id = ReceiptId::parse("in-the-dropped-group").unwrap();
@@ -213,7 +216,10 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
         visible_at_ms: None,
     };
     assert_eq!(
-        store.enqueue(&[again], NOW).await.expect("the writer goes on"),
+        store
+            .enqueue(&[again], NOW)
+            .await
+            .expect("the writer goes on"),
         vec![crate::store::Enqueued::Created]
     );
 }
