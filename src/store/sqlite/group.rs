@@ -107,6 +107,12 @@ impl Writer {
         self.merged.load(Ordering::Relaxed)
     }
 
+    /// Requests waiting for the writer (tests use it to know a group is queued).
+    #[cfg(test)]
+    pub fn queued(&self) -> usize {
+        self.jobs.max_capacity() - self.jobs.capacity()
+    }
+
     async fn submit<T>(
         &self,
         job: Job,

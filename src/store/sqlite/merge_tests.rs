@@ -19,18 +19,46 @@ async fn open() -> (tempfile::TempDir, SqliteStore) {
     (dir, store)
 }
 
-/// Hold the writer thread busy so that the next requests queue behind it.
-fn hold_writer(store: &SqliteStore) -> tokio::task::JoinHandle<()> {
+/// Hold the writer thread busy so that the next requests queue behind it; it
+/// goes on once `release` sees `n` requests queued, so that they all land in
+/// the next group however slow the machine is.
+struct Held {
+    task: tokio::task::JoinHandle<()>,
+    go: std::sync::mpsc::Sender<()>,
+}
+
+async fn hold_writer(store: &SqliteStore) -> Held {
     let writer = store.writer.clone();
-    tokio::spawn(async move {
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (running, started) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
         writer
-            .solo(|_| {
-                std::thread::sleep(Duration::from_millis(300));
+            .solo(move |_| {
+                let _ = running.send(());
+                let _ = wait.recv_timeout(Duration::from_secs(30));
                 Ok(())
             })
             .await
             .expect("hold");
-    })
+    });
+    started.await.expect("the writer took the holder");
+    Held { task, go }
+}
+
+impl Held {
+    async fn release(self, store: &SqliteStore, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while store.writer.queued() < n && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            store.writer.queued(),
+            n,
+            "requests queued behind the held writer"
+        );
+        self.go.send(()).expect("release");
+        self.task.await.expect("holder");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,8 +86,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
         .expect("claim");
     assert_eq!(claims.len(), 8);
 
-    let holder = hold_writer(&store);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let holder = hold_writer(&store).await;
     let before = store.writer.merged_requests();
     let mut tasks = Vec::new();
     for (i, claim) in claims.into_iter().enumerate() {
@@ -79,7 +106,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
                 .await
         }));
     }
-    holder.await.unwrap();
+    holder.release(&store, 8).await;
     let mut answers = Vec::new();
     for t in tasks {
         answers.push(t.await.unwrap().expect("call").pop().unwrap());
@@ -119,8 +146,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
 async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
     let (_dir, store) = open().await;
     let store = std::sync::Arc::new(store);
-    let holder = hold_writer(&store);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let holder = hold_writer(&store).await;
     let mut tasks = Vec::new();
     for i in 0..4 {
         let store = store.clone();
@@ -136,7 +162,7 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
             store.enqueue(std::slice::from_ref(&receipt), NOW).await
         }));
     }
-    holder.await.unwrap();
+    holder.release(&store, 4).await;
     for (i, t) in tasks.into_iter().enumerate() {
         let answer = t.await.unwrap();
         assert_eq!(answer.is_err(), i == 2, "e-{i}: {answer:?}");
@@ -176,8 +202,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
 async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing() {
     let (_dir, store) = open().await;
     let store = std::sync::Arc::new(store);
-    let holder = hold_writer(&store);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let holder = hold_writer(&store).await;
     // Stands for SQLite rolling the whole transaction back on its own (a full
     // disk, an I/O error) while a write of the group was running.
     let writer = store.writer.clone();
@@ -189,7 +214,6 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
             })
             .await
     });
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let queued = store.clone();
     let enqueue = tokio::spawn(async move {
         let receipt = NewReceipt {
@@ -200,7 +224,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
         };
         queued.enqueue(std::slice::from_ref(&receipt), NOW).await
     });
-    holder.await.unwrap();
+    holder.release(&store, 2).await;
     assert!(
         dropped.await.unwrap().is_err(),
         "the group was not committed"
