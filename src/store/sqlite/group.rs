@@ -207,16 +207,19 @@ fn in_savepoint<T>(
         .execute([])?;
     let result = catch_unwind(AssertUnwindSafe(|| op(conn)))
         .unwrap_or_else(|_| Err(SettlementRouteError::backend("a write panicked")));
+    let run = |sql: String| conn.prepare_cached(&sql).and_then(|mut s| s.execute([]));
     if result.is_err() {
         // Fails only when the transaction is already gone, which the group
         // checks before it commits.
-        let _ = conn
-            .prepare_cached(&format!("ROLLBACK TO {name}"))
-            .and_then(|mut s| s.execute([]));
+        let _ = run(format!("ROLLBACK TO {name}"));
     }
-    if !conn.is_autocommit() {
-        conn.prepare_cached(&format!("RELEASE {name}"))?
-            .execute([])?;
+    if !conn.is_autocommit()
+        && let Err(e) = run(format!("RELEASE {name}"))
+    {
+        // A request answered with an error must leave nothing behind.
+        let _ = run(format!("ROLLBACK TO {name}"));
+        let _ = run(format!("RELEASE {name}"));
+        return Err(e.into());
     }
     result
 }
