@@ -116,12 +116,12 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
 /// Lease one due row that was just read.
 fn lease(
     conn: &Connection,
-    row: &ReceiptRow,
+    (receipt_id, row_version): (&str, i64),
     worker_id: &WorkerId,
     now: i64,
     until: i64,
 ) -> StoreResult<SettlementAttemptClaim> {
-    let version = rules::next_row_version(row.row_version)?;
+    let version = rules::next_row_version(row_version)?;
     let token = rules::new_lease_token()?;
     let mut stmt = conn.prepare_cached(concat!(
         "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
@@ -132,8 +132,8 @@ fn lease(
     ))?;
     let mut updated = stmt.query_map(
         rusqlite::params![
-            row.receipt_id,
-            row.row_version,
+            receipt_id,
+            row_version,
             version,
             worker_id.as_str(),
             token,
@@ -166,7 +166,13 @@ pub fn claim_receipt(
             (ReceiptClaim::NotYetVisible, false)
         }
         "active" => {
-            let claim = lease(conn, &row, worker_id, now, until)?;
+            let claim = lease(
+                conn,
+                (&row.receipt_id, row.row_version),
+                worker_id,
+                now,
+                until,
+            )?;
             (ReceiptClaim::Claimed(claim), row.lease_until_ms.is_some())
         }
         _ => (ReceiptClaim::NoActiveWork, false),
@@ -203,11 +209,9 @@ pub fn claim_due(
     if picked.is_empty() {
         return Ok((Vec::new(), 0));
     }
-    if let [(receipt_id, _, lease_until)] = picked.as_slice() {
+    if let [(receipt_id, row_version, lease_until)] = picked.as_slice() {
         // One row: the single-row lease, without `UPDATE … FROM`'s temporary tables.
-        let row = row(conn, receipt_id)?
-            .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?;
-        let claim = lease(conn, &row, worker_id, now, until)?;
+        let claim = lease(conn, (receipt_id, *row_version), worker_id, now, until)?;
         return Ok((vec![claim], u64::from(lease_until.is_some())));
     }
     let mut leases = Vec::with_capacity(picked.len());
