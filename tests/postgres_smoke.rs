@@ -371,23 +371,37 @@ async fn until_a_write_waits_for_a_lock(admin: &mut sqlx::PgConnection) {
     }
 }
 
+/// A store whose pool of two runs one writer, so that everything queued
+/// behind a held write forms a single group.
+async fn single_writer_store(url: &str) -> SharedStore {
+    let options = PostgresOptions {
+        max_connections: 2,
+        ..PostgresOptions::default()
+    };
+    Arc::new(PostgresStore::connect(url, &options).await.unwrap())
+}
+
+/// An admin connection, and one holding `lock` in an open transaction
+/// (commit it with `COMMIT` to let the queued writes go).
+async fn holding(url: &str, lock: &'static str) -> (sqlx::PgConnection, sqlx::PgConnection) {
+    use sqlx::Connection;
+    let admin = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut holder = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(lock).execute(&mut holder).await.unwrap();
+    (admin, holder)
+}
+
 /// Outcomes that queue while the replica's writer is busy share one
 /// transaction, and each is answered as it would be alone: a stale claim in
 /// the group is refused, the others (a fresh claim of the same receipt among
 /// them) commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() {
-    use sqlx::Connection;
     let Some(url) = common::fresh_postgres_url().await else {
         return;
     };
-    // A pool of two runs one writer, so that everything queued behind a held
-    // write forms a single group.
-    let options = PostgresOptions {
-        max_connections: 2,
-        ..PostgresOptions::default()
-    };
-    let store: SharedStore = Arc::new(PostgresStore::connect(&url, &options).await.unwrap());
+    let store = single_writer_store(&url).await;
     let s = store.as_ref();
     let ids: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
     let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
@@ -413,13 +427,11 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
     let policy = RetryPolicy::default();
     let at = T0 + 10;
     // Hold r-0's row so that the writer blocks on the first outcome.
-    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM receipts WHERE receipt_id = 'r-0' FOR UPDATE")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let (mut admin, mut holder) = holding(
+        &url,
+        "SELECT 1 FROM receipts WHERE receipt_id = 'r-0' FOR UPDATE",
+    )
+    .await;
     let held = queued(s.record_claimed_outcome(&claims[0], &accepted, policy, at)).await;
     until_a_write_waits_for_a_lock(&mut admin).await;
     let mut group = Vec::new();
@@ -467,27 +479,16 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
 /// the previous one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_claims_share_a_statement_in_arrival_order() {
-    use sqlx::Connection;
     let Some(url) = common::fresh_postgres_url().await else {
         return;
     };
-    let options = PostgresOptions {
-        max_connections: 2,
-        ..PostgresOptions::default()
-    };
-    let store: SharedStore = Arc::new(PostgresStore::connect(&url, &options).await.unwrap());
+    let store = single_writer_store(&url).await;
     let s = store.as_ref();
     let receipts: Vec<_> = (0..10).map(|i| receipt(&format!("r-{i}"))).collect();
     s.enqueue(&receipts, T0).await.unwrap();
 
     // Hold the table so that the first claim waits and the others queue.
-    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
-    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("LOCK TABLE receipts IN EXCLUSIVE MODE")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let (mut admin, mut holder) = holding(&url, "LOCK TABLE receipts IN EXCLUSIVE MODE").await;
     let (a, b, c) = (worker("a"), worker("b"), worker("c"));
     let first = queued(s.claim_due(&a, T0, lease(60_000), limit(2))).await;
     until_a_write_waits_for_a_lock(&mut admin).await;
