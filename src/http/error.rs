@@ -1,5 +1,7 @@
 //! One API error type: owns the status mapping and the problem+json body
-//! (RFC 9457). A 5xx logs its internals and shows none of them.
+//! (RFC 9457). A 5xx shows none of its internals: they travel on the
+//! response to the request log line (`observe`), which logs them with the
+//! request's id.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{StatusCode, header};
@@ -33,6 +35,16 @@ pub struct ApiError {
     code: &'static str,
     class: &'static str,
     detail: String,
+    internal: Option<Internal>,
+}
+
+/// What a 5xx answer hides from the client and the log must show.
+#[derive(Debug, Clone)]
+pub enum Internal {
+    /// The database failed or is out of reach.
+    Backend(String),
+    /// A stored value is corrupt or would overflow.
+    InvalidRecord(String),
 }
 
 impl ApiError {
@@ -47,6 +59,7 @@ impl ApiError {
             code,
             class,
             detail: detail.into(),
+            internal: None,
         }
     }
 
@@ -72,13 +85,14 @@ impl ApiError {
 
     /// 503 with class `backend`; `internal` goes to the log only.
     pub fn unavailable(internal: &str) -> Self {
-        tracing::error!(error = internal, "backend failure");
-        Self::new(
+        let mut error = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "backend_unavailable",
             "backend",
             "the database is unavailable; retry later",
-        )
+        );
+        error.internal = Some(Internal::Backend(internal.to_owned()));
+        error
     }
 
     /// 400: not JSON, or nested deeper than the parser allows.
@@ -127,13 +141,14 @@ impl From<SettlementRouteError> for ApiError {
         match error {
             SettlementRouteError::Conflict { detail } => Self::conflict("lease_conflict", detail),
             SettlementRouteError::InvalidRecord { detail } => {
-                tracing::error!(error = detail, "invalid record");
-                Self::new(
+                let mut error = Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "invalid_record",
                     "invalid_record",
                     "a stored value is corrupt or would overflow; nothing was changed",
-                )
+                );
+                error.internal = Some(Internal::InvalidRecord(detail));
+                error
             }
             SettlementRouteError::Backend { detail } => Self::unavailable(&detail),
         }
@@ -204,12 +219,16 @@ impl From<PathRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.problem()).unwrap_or_default();
-        (
+        let mut response = (
             self.status,
             [(header::CONTENT_TYPE, "application/problem+json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if let Some(internal) = self.internal {
+            response.extensions_mut().insert(internal);
+        }
+        response
     }
 }
 

@@ -1,13 +1,45 @@
 //! Extractors whose rejections are problem+json like every other error.
 
-use axum::extract::{FromRequest, FromRequestParts};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header;
+use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
 /// A JSON body; unknown fields, wrong types and oversized bodies are refused.
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
 pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    /// Read plainly first: `axum::Json` tracks the path of every value it
+    /// reads (for its error messages), which costs as much as the parse.
+    /// Only a body that fails is read again by `axum::Json`, so a refusal is
+    /// worded exactly as before; any `Content-Type` other than the plain one
+    /// takes `axum::Json`'s own path.
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let plain = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"application/json"));
+        if !plain {
+            let Json(value) = Json::<T>::from_request(request, state).await?;
+            return Ok(Self(value));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(JsonRejection::from)?;
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(Self(value)),
+            Err(_) => Json::<T>::from_bytes(&bytes)
+                .map(|Json(value)| Self(value))
+                .map_err(ApiError::from),
+        }
+    }
+}
 
 /// Path parameters.
 #[derive(FromRequestParts)]

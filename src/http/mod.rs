@@ -25,6 +25,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
@@ -238,6 +239,31 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     ApiError::unavailable("handler panicked").into_response()
 }
 
+/// Paths served outside the OpenAPI document.
+const OPENAPI_YAML: &str = "/openapi.yaml";
+const OPENAPI_JSON: &str = "/openapi.json";
+const METRICS: &str = "/metrics";
+const DASHBOARD: &str = "/";
+const DOCS: &str = "/docs";
+
+/// Every route template the app serves (the metrics' route labels).
+fn route_templates() -> Vec<String> {
+    let mut templates: Vec<String> = api_router()
+        .into_openapi()
+        .paths
+        .paths
+        .into_keys()
+        .collect();
+    // The Swagger UI's own routes are those `SwaggerUi::new(DOCS)` adds.
+    templates.extend(
+        [OPENAPI_YAML, OPENAPI_JSON, METRICS, DASHBOARD, DOCS]
+            .into_iter()
+            .map(str::to_owned),
+    );
+    templates.extend([format!("{DOCS}/"), format!("{DOCS}/{{*rest}}")]);
+    templates
+}
+
 /// The whole application.
 pub fn app(state: AppState) -> Router {
     let tokens = state.tokens.clone();
@@ -250,20 +276,26 @@ pub fn app(state: AppState) -> Router {
         origin::AllowedHosts::any()
     };
     let (router, _) = api_router().split_for_parts();
-    router
-        .route("/openapi.yaml", get(ops::openapi_yaml))
-        .route("/metrics", get(metrics::metrics))
-        .route("/", get(dashboard::page))
+    let routes = router
+        .route(OPENAPI_YAML, get(ops::openapi_yaml))
+        .route(METRICS, get(metrics::metrics))
+        .route(DASHBOARD, get(dashboard::page))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
         .with_state(state)
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
-        .layer(middleware::from_fn_with_state(tokens, auth::require_token))
-        .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
-        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
-        .layer(middleware::from_fn(time_limit))
-        .layer(CompressionLayer::new())
-        .layer(CatchPanicLayer::custom(panic_response))
-        .layer(middleware::from_fn_with_state(hosts, origin::guard))
+        .merge(SwaggerUi::new(DOCS).url(OPENAPI_JSON, openapi()));
+    // The layers wrap the router once, outermost first, rather than each
+    // route (`Router::layer`): axum clones a route's whole layered stack, a
+    // boxed service per layer, on every request it serves.
+    let layered = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(metrics, observe::observe))
+        .layer(middleware::from_fn_with_state(hosts, origin::guard))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(CompressionLayer::new())
+        .layer(middleware::from_fn(time_limit))
+        .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(tokens, auth::require_token))
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .service(routes);
+    Router::new().fallback_service(layered)
 }

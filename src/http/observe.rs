@@ -1,15 +1,21 @@
 //! Per-request id, log line and metrics. An incoming `x-request-id` is kept
 //! when it is short printable ASCII (so it cannot forge log lines), otherwise
 //! a fresh one is made; either way it is returned on the response.
+//!
+//! One log line per request, with no span around the handler: a span costs
+//! as much as the line itself on every request. What a 5xx hides from the
+//! client comes back on the response ([`Internal`]) and is logged here, on a
+//! line that carries the request's id.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
-use tracing::Instrument;
 
+use super::error::Internal;
 use super::metrics::SharedMetrics;
 
 const HEADER: &str = "x-request-id";
@@ -48,6 +54,22 @@ fn new_id() -> String {
     hex::encode(bytes)
 }
 
+/// The route template `path` matches (the metrics label), from the
+/// router's own templates. This middleware runs around the router (see
+/// `app`), where axum's `MatchedPath` is not known yet.
+fn route_label(path: &str) -> &'static str {
+    static ROUTES: OnceLock<matchit::Router<String>> = OnceLock::new();
+    let routes = ROUTES.get_or_init(|| {
+        let mut routes = matchit::Router::new();
+        for template in super::route_templates() {
+            // A template the matcher refuses is left unlabelled, not fatal.
+            let _ = routes.insert(template.clone(), template);
+        }
+        routes
+    });
+    routes.at(path).map_or(UNMATCHED, |m| m.value.as_str())
+}
+
 /// Wrap every request.
 pub async fn observe(
     State(metrics): State<SharedMetrics>,
@@ -59,20 +81,24 @@ pub async fn observe(
     // path can be sent, so labelling by what the client wrote would let it
     // grow the metrics without bound.
     let method = method_label(request.method());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or(UNMATCHED, MatchedPath::as_str)
-        .to_owned();
-    let span = tracing::info_span!("request", request_id = %id, method = %method, route = %route);
+    let route = route_label(request.uri().path());
     let started = Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let mut response = next.run(request).await;
     let seconds = started.elapsed().as_secs_f64();
     let status = response.status().as_u16();
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
-    metrics.request(method, &route, status, seconds);
-    span.in_scope(|| tracing::info!(status, latency_ms = seconds * 1000.0, "request"));
+    metrics.request(method, route, status, seconds);
+    let latency_ms = seconds * 1000.0;
+    match response.extensions_mut().remove::<Internal>() {
+        None => tracing::info!(request_id = %id, method, route, status, latency_ms, "request"),
+        Some(Internal::Backend(error)) => tracing::error!(
+            request_id = %id, method, route, status, latency_ms, error, "backend failure"
+        ),
+        Some(Internal::InvalidRecord(error)) => tracing::error!(
+            request_id = %id, method, route, status, latency_ms, error, "invalid record"
+        ),
+    }
     response
 }
