@@ -216,7 +216,7 @@ const fn expected_end(kind: Kind) -> (u32, bool) {
 
 /// The outcome a worker reports for `claim`. A failure's detail depends only
 /// on the receipt and attempt, so a late identical dead-letter decision is a
-/// replay the store answers with the same route (SEMANTICS: idempotent replay).
+/// replay the store answers with the same route (docs/concepts.md: a replayed dead-letter decision).
 fn outcome_for(claim: &Value) -> Value {
     let id = claim["receipt_id"].as_str().expect("receipt_id");
     let attempts = claim["attempts"].as_u64().expect("attempts");

@@ -1,4 +1,4 @@
-//! The routing rules of SEMANTICS.md, shared by every backend. A backend
+//! The routing rules (docs/concepts.md, "The rules"), shared by every backend. A backend
 //! asks for a [`Plan`], applies it with one guarded write that repeats the
 //! whole claim compare-and-swap, and falls back to [`explain_miss`] when the
 //! guard matched no row.
