@@ -43,7 +43,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP service (the default).
     #[command(after_help = AFTER_HELP)]
-    Serve(ServeArgs),
+    // Boxed: the options dwarf the other variant.
+    Serve(Box<ServeArgs>),
     /// Print the OpenAPI document (YAML) and exit.
     Openapi,
 }

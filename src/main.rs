@@ -18,7 +18,7 @@ async fn main() -> std::process::ExitCode {
             }
             return std::process::ExitCode::SUCCESS;
         }
-        Some(Command::Serve(args)) => args,
+        Some(Command::Serve(args)) => *args,
         None => cli.serve,
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
