@@ -1,6 +1,7 @@
 -- Load :n receipts straight into a migrated settled PostgreSQL database, for
 -- timing /v1/status at scale (see BENCHMARKS.md, "/v1/status at 10 M"):
---   psql -v n=10000000 -d DB -f bench/status-load.postgres.sql
+--   PGOPTIONS='-c search_path=settled' psql -v n=10000000 -d DB -f bench/status-load.postgres.sql
+-- (settled keeps its tables in the schema `settled`, or the one --pg-schema names).
 -- The same mix as bench/status-load.sqlite.sql.
 INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, row_version,
     next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, failure_sha256,

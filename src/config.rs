@@ -8,12 +8,26 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::domain::RetryPolicy;
 use crate::store::postgres::PostgresOptions;
 
+/// What `--help` adds after the options: where to look once it runs.
+const AFTER_HELP: &str = "\
+Logs go to standard output; RUST_LOG filters them (default `info`, e.g.
+RUST_LOG=settled=debug,info).
+
+Once running (by default on http://127.0.0.1:8080):
+  /                 the operator dashboard
+  /docs             interactive API documentation (the contract: /openapi.yaml,
+                    or `settled openapi`)
+  /healthz /readyz  liveness and readiness; /metrics for Prometheus
+
+Documentation: README.md and docs/ in the source repository.";
+
 /// settled: settles payment receipts reliably over HTTP/JSON.
 #[derive(Debug, Parser)]
 #[command(
     name = "settled",
     version,
     about,
+    after_help = AFTER_HELP,
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
@@ -28,7 +42,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP service (the default).
-    Serve(ServeArgs),
+    #[command(after_help = AFTER_HELP)]
+    // Boxed: the options dwarf the other variant.
+    Serve(Box<ServeArgs>),
     /// Print the OpenAPI document (YAML) and exit.
     Openapi,
 }
@@ -43,8 +59,9 @@ pub enum LogFormat {
 /// Options of the HTTP service.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "SETTLED_LISTEN", default_value = "127.0.0.1:8080")]
+    /// Address to listen on: IP:PORT, localhost:PORT, or a port alone (`8080`, `:8080`) on
+    /// 127.0.0.1. Without tokens only loopback addresses are accepted.
+    #[arg(long, env = "SETTLED_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// `sqlite:PATH` (created if missing) or `postgres://USER@HOST/DB`.
     #[arg(
@@ -83,6 +100,11 @@ pub struct ServeArgs {
     /// PostgreSQL: longest time one statement may run, in ms.
     #[arg(long, env = "SETTLED_PG_STATEMENT_TIMEOUT_MS", default_value_t = PostgresOptions::default().statement_timeout_ms)]
     pub pg_statement_timeout_ms: u64,
+    /// PostgreSQL: the schema that holds settled's tables (created if missing); 1..=63 of
+    /// a-z, 0-9 and _, not starting with a digit or `pg_`.
+    #[arg(long, env = "SETTLED_PG_SCHEMA", default_value_t = PostgresOptions::default().schema,
+        value_parser = parse_schema)]
+    pub pg_schema: String,
     /// Remove settled and skipped receipts (and their history) this long after they finished,
     /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent. A removed
     /// receipt is forgotten: enqueueing its id again creates a new receipt, so keep this
@@ -110,6 +132,41 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
+}
+
+/// A `--listen` address. Besides `IP:PORT`, what people type for "this
+/// machine, port N": `localhost:N`, `:N` and `N`, all on 127.0.0.1 (never
+/// every interface: that takes an explicit `0.0.0.0:N` and tokens).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    const LOOPBACK: [u8; 4] = [127, 0, 0, 1];
+    let text = text.trim();
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    if let Ok(port) = text.strip_prefix(':').unwrap_or(text).parse::<u16>() {
+        return Ok(SocketAddr::from((LOOPBACK, port)));
+    }
+    if let Some((host, port)) = text.rsplit_once(':')
+        && host.eq_ignore_ascii_case("localhost")
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::from((LOOPBACK, port)));
+    }
+    let missing_port = if text.parse::<std::net::IpAddr>().is_ok() || text == "localhost" {
+        "a port is missing. "
+    } else {
+        ""
+    };
+    Err(format!(
+        "{missing_port}Give IP:PORT, localhost:PORT or a port alone, e.g. 127.0.0.1:8080, \
+         localhost:8080, :8080 or 8080 (these four listen on 127.0.0.1), [::1]:8080, or \
+         0.0.0.0:8080 for every interface (needs --token); port 0 picks a free port"
+    ))
+}
+
+/// A `--pg-schema` name.
+fn parse_schema(text: &str) -> Result<String, String> {
+    crate::store::postgres::check_schema_name(text).map(|()| text.to_owned())
 }
 
 /// An idle timeout: a duration of 1 s ..= 1 h.
@@ -145,13 +202,14 @@ impl ServeArgs {
         }
     }
 
-    /// PostgreSQL pool settings.
+    /// PostgreSQL pool settings and schema.
     #[must_use]
-    pub const fn postgres(&self) -> PostgresOptions {
+    pub fn postgres(&self) -> PostgresOptions {
         PostgresOptions {
             max_connections: self.pg_max_connections,
             connect_timeout_ms: self.pg_connect_timeout_ms,
             statement_timeout_ms: self.pg_statement_timeout_ms,
+            schema: self.pg_schema.clone(),
         }
     }
 }

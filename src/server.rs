@@ -22,9 +22,10 @@ use crate::store::open_store;
 pub enum StartError {
     #[error("invalid retry policy: {0}")]
     Policy(#[from] crate::domain::RetryPolicyError),
-    #[error("cannot open the database: {0}")]
-    Store(#[from] crate::domain::SettlementRouteError),
-    #[error("cannot listen on {addr}: {source}")]
+    /// Says what was tried (the path, the host and port) and what to do.
+    #[error("{0}")]
+    Store(String),
+    #[error("cannot listen on {addr}: {source}{}", listen_hint(.source))]
     Listen {
         addr: std::net::SocketAddr,
         source: std::io::Error,
@@ -43,6 +44,23 @@ pub enum StartError {
     Serve(std::io::Error),
 }
 
+/// What to do about a failed bind, for the usual causes.
+fn listen_hint(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            ". Another process listens on this port: stop it, or choose another port \
+             (--listen 127.0.0.1:8081, or --listen :0 for any free one)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            ". Ports below 1024 need privileges: choose a port from 1024 up (--listen :8080)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            ". This machine has no such address: use 127.0.0.1, or one of its own addresses"
+        }
+        _ => "",
+    }
+}
+
 /// Longest a client may take to send a request head.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -58,12 +76,22 @@ pub async fn run(
         return Err(StartError::AnonymousNonLoopback(args.listen));
     }
     let hosts = AllowedHosts::loopback_and(&args.allowed_hosts).map_err(StartError::AllowedHost)?;
-    let store = open_store(&args.database_url, &args.postgres()).await?;
+    // Bind before the database is created or migrated: a port in use must
+    // not leave a new database behind.
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| StartError::Listen {
             addr: args.listen,
             source,
+        })?;
+    let store = open_store(&args.database_url, &args.postgres())
+        .await
+        .map_err(|e| {
+            StartError::Store(match e {
+                // Start-up failures are written for the person starting it.
+                crate::domain::SettlementRouteError::Backend { detail } => detail,
+                other => format!("cannot open the database: {other}"),
+            })
         })?;
     let local = listener.local_addr().map_err(StartError::Serve)?;
     tracing::info!(address = %local, backend = store.backend().as_str(), "settled listening on http://{local}");

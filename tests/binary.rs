@@ -4,35 +4,58 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
+#[path = "binary/start_errors.rs"]
+mod start_errors;
+
+#[path = "binary/pg_schema.rs"]
+mod pg_schema;
+
 fn settled() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_settled"));
     cmd.env_remove("SETTLED_DATABASE_URL")
         .env_remove("SETTLED_LISTEN")
-        .env_remove("SETTLED_TOKENS");
+        .env_remove("SETTLED_TOKENS")
+        .env_remove("SETTLED_PG_SCHEMA")
+        .env_remove("RUST_LOG");
     cmd
 }
 
 /// Start the binary on an ephemeral port and return it with its base URL.
 fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
+    let (child, base, _) = launch(dir, "127.0.0.1:0", extra);
+    (child, base)
+}
+
+/// Start the binary with `--listen listen`; return it, its base URL and the
+/// log lines up to the one naming the address it listens on.
+fn launch(dir: &std::path::Path, listen: &str, extra: &[&str]) -> (Child, String, Vec<String>) {
     let mut child = settled()
         .current_dir(dir)
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--listen", listen, "--log-format", "json"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn settled");
     let stdout = child.stdout.take().expect("stdout");
+    let mut lines = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("log line");
         let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
-        if let Some(address) = entry["fields"]["address"].as_str() {
-            return (child, format!("http://{address}"));
+        lines.push(line);
+        if let Some(address) = entry["fields"]["address"].as_str()
+            && entry["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("listening"))
+        {
+            return (child, format!("http://{address}"), lines);
         }
     }
     let _ = child.kill();
-    let status = child.wait();
-    panic!("settled exited without listening: {status:?}");
+    let out = child.wait_with_output();
+    panic!("settled exited without listening: {out:?} after {lines:?}");
 }
 
 fn sigterm(child: &Child) {

@@ -133,11 +133,18 @@ impl Api {
     }
 }
 
-/// Some pending, one leased, one settled, two dead-lettered.
+/// Some pending (one of them scheduled for tomorrow), one leased, one settled, two dead-lettered.
 async fn seed(api: &Api) {
     for (i, id) in ["pending-1", "pending-2", "pending-3"].iter().enumerate() {
         api.enqueue(id, 1_764_460_800 + i as u64).await;
     }
+    let tomorrow = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+        + 86_400_000;
+    let body = json!({"receipt_id": "scheduled-1", "finalized_at": 1_764_460_805, "visible_at_ms": tomorrow});
+    api.expect("/v1/receipts", Some(body), 201).await;
     api.enqueue("leased-1", 1_764_460_810).await;
     api.claim("leased-1", 3_600_000).await;
     api.enqueue("settled-1", 1_764_460_820).await;
@@ -159,7 +166,7 @@ async fn seed(api: &Api) {
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 3, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2}),
+        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2}),
         "seeded counts"
     );
 }

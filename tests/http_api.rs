@@ -1,5 +1,5 @@
 //! HTTP end-to-end tests on a real listener, every endpoint and status code
-//! of API.md, run once per backend.
+//! of openapi.yaml, run once per backend.
 
 mod common;
 

@@ -216,7 +216,7 @@ const fn expected_end(kind: Kind) -> (u32, bool) {
 
 /// The outcome a worker reports for `claim`. A failure's detail depends only
 /// on the receipt and attempt, so a late identical dead-letter decision is a
-/// replay the store answers with the same route (SEMANTICS: idempotent replay).
+/// replay the store answers with the same route (docs/concepts.md: a replayed dead-letter decision).
 fn outcome_for(claim: &Value) -> Value {
     let id = claim["receipt_id"].as_str().expect("receipt_id");
     let attempts = claim["attempts"].as_u64().expect("attempts");
@@ -648,7 +648,7 @@ async fn three_replicas_settle_every_receipt_once_under_racing_workers() {
         let counts = &view["counts"];
         assert_eq!(
             counts,
-            &json!({"pending": 0, "leased": 0, "retry_scheduled": 0, "skipped": 0,
+            &json!({"pending": 0, "scheduled": 0, "leased": 0, "retry_scheduled": 0, "skipped": 0,
                 "settled": expected_settled,
                 "dead_lettered": RECEIPTS as u64 - expected_settled}),
             "status on {base}"

@@ -384,9 +384,8 @@ async fn single_writer_store(url: &str) -> SharedStore {
 /// An admin connection, and one holding `lock` in an open transaction
 /// (commit it with `COMMIT` to let the queued writes go).
 async fn holding(url: &str, lock: &'static str) -> (sqlx::PgConnection, sqlx::PgConnection) {
-    use sqlx::Connection;
-    let admin = sqlx::PgConnection::connect(url).await.unwrap();
-    let mut holder = sqlx::PgConnection::connect(url).await.unwrap();
+    let admin = common::pg_raw(url).await.unwrap();
+    let mut holder = common::pg_raw(url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
     sqlx::query(lock).execute(&mut holder).await.unwrap();
     (admin, holder)

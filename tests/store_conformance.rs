@@ -1,6 +1,7 @@
 //! One conformance suite for every store backend: each rule of
-//! SEMANTICS.md, driven with explicit clocks. Every test runs once per
-//! backend (PostgreSQL only when `SETTLED_TEST_POSTGRES_URL` is set).
+//! docs/concepts.md ("The rules"), driven with explicit clocks. Every test
+//! runs once per backend (PostgreSQL only when `SETTLED_TEST_POSTGRES_URL`
+//! is set).
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Model-based property test: random sequences of store operations, driven
-//! through a real store and through a small in-memory model of SEMANTICS.md;
-//! every answer and every receipt view must agree after every step.
+//! through a real store and through a small in-memory model of the rules
+//! (docs/concepts.md); every answer and every receipt view must agree after
+//! every step.
 
 mod common;
 

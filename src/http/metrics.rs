@@ -52,6 +52,7 @@ pub struct Metrics {
     expiries: Counter,
     expiries_seen: AtomicU64,
     receipts: Family<StateLabels, Gauge>,
+    scheduled: Gauge,
     oldest_due: Gauge<f64, AtomicU64>,
     dead_letters: Gauge,
 }
@@ -98,6 +99,14 @@ impl Default for Metrics {
         );
         let receipts = Family::<StateLabels, Gauge>::default();
         registry.register("receipts", "Receipts by state", receipts.clone());
+        // Not a `state` label: pending already counts these, and the states
+        // must keep adding up to every receipt.
+        let scheduled = Gauge::default();
+        registry.register(
+            "scheduled_receipts",
+            "Pending receipts not due yet (visible_at_ms ahead)",
+            scheduled.clone(),
+        );
         let oldest_due = Gauge::<f64, AtomicU64>::default();
         registry.register_with_unit(
             "oldest_due_age",
@@ -121,6 +130,7 @@ impl Default for Metrics {
             expiries,
             expiries_seen: AtomicU64::new(0),
             receipts,
+            scheduled,
             oldest_due,
             dead_letters,
         }
@@ -174,6 +184,8 @@ impl Metrics {
                 })
                 .set(n);
         }
+        self.scheduled
+            .set(i64::try_from(status.counts.scheduled).unwrap_or(i64::MAX));
         self.oldest_due
             .set(status.oldest_due_age_ms as f64 / 1000.0);
         self.dead_letters

@@ -147,7 +147,7 @@ impl OutcomeIn {
     }
 }
 
-/// A worker id: the seed's byte bound, and no control characters (they
+/// A worker id: 1..=128 bytes, and no control characters (they
 /// cannot be stored by every backend and only ever come from a bug).
 pub fn parse_worker_id(value: &str) -> Result<WorkerId, ApiError> {
     let worker = WorkerId::parse(value)?;

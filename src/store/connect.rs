@@ -15,8 +15,14 @@ pub async fn open_store(
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         PostgresStore::open(url, pg).await
     } else {
-        Err(SettlementRouteError::backend(
-            "unknown database URL scheme: use sqlite:PATH or postgres://USER@HOST/DB",
-        ))
+        // Only the scheme is repeated: the rest of a URL may hold a password.
+        let problem = match url.split_once(':') {
+            Some((scheme, _)) => format!("unknown database URL scheme `{scheme}:`"),
+            None => format!("no scheme in database URL `{url}` (did you mean sqlite:{url}?)"),
+        };
+        Err(SettlementRouteError::backend(format!(
+            "{problem} in --database-url. Hint: use sqlite:PATH (e.g. sqlite:settled.db, created \
+             if missing) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+        )))
     }
 }

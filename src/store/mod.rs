@@ -2,6 +2,7 @@
 
 mod connect;
 mod error;
+mod explain;
 pub mod postgres;
 mod rows;
 mod rules;

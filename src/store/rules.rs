@@ -1,4 +1,4 @@
-//! The routing rules of SEMANTICS.md, shared by every backend. A backend
+//! The routing rules (docs/concepts.md, "The rules"), shared by every backend. A backend
 //! asks for a [`Plan`], applies it with one guarded write that repeats the
 //! whole claim compare-and-swap, and falls back to [`explain_miss`] when the
 //! guard matched no row.
@@ -415,11 +415,13 @@ pub fn state_counts(buckets: Buckets, live: (i64, i64)) -> StoreResult<Vec<(Stri
         .collect())
 }
 
-/// Assemble `/v1/status` from per-state counts, the oldest due time and
-/// per-state samples (each already limited to `limit` rows).
+/// Assemble `/v1/status` from per-state counts, the pending receipts not
+/// yet visible, the oldest due time and per-state samples (each already
+/// limited to `limit` rows).
 pub fn build_status(
     now: i64,
     counted: Vec<(String, i64)>,
+    scheduled: i64,
     oldest_due_ms: Option<i64>,
     samples: Vec<(ReceiptState, Vec<SampleRow>)>,
 ) -> StoreResult<StatusView> {
@@ -431,6 +433,7 @@ pub fn build_status(
             .ok_or_else(|| SettlementRouteError::invalid_record("stored status"))?;
         counts.add(state, to_u64(n, "count")?);
     }
+    counts.scheduled = to_u64(scheduled, "scheduled")?;
     let oldest_due_age_ms =
         oldest_due_ms.map_or(Ok(0), |t| to_u64(now.saturating_sub(t).max(0), "age"))?;
     let mut out = std::collections::BTreeMap::new();

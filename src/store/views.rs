@@ -149,10 +149,15 @@ pub struct StateSample {
     pub receipts: Vec<ReceiptSummary>,
 }
 
-/// Receipt counts per state.
+/// Receipt counts per state, and how many of the pending ones are not due yet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct StateCounts {
+    /// Never attempted and not leased: due now, or scheduled for later (see `scheduled`).
     pub pending: u64,
+    /// Of the `pending` receipts, those whose `visible_at_ms` is still ahead: never attempted,
+    /// not yet visible. `pending - scheduled` are due now. Not a state of its own, so the six
+    /// states still add up to every receipt.
+    pub scheduled: u64,
     pub leased: u64,
     pub retry_scheduled: u64,
     pub settled: u64,

@@ -72,6 +72,16 @@ pub async fn fresh_postgres_url() -> Option<String> {
     Some(format!("{prefix}/{name}"))
 }
 
+/// A plain connection to a test database, working in settled's schema
+/// (where the store keeps every table) as an operator's `psql` would.
+pub async fn pg_raw(url: &str) -> Result<sqlx::PgConnection, sqlx::Error> {
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("SET search_path = settled")
+        .execute(&mut conn)
+        .await?;
+    Ok(conn)
+}
+
 /// The backend a test runs on, by name (`sqlite` or `postgres`).
 pub async fn fresh(backend: &str) -> Option<Fresh> {
     match backend {
@@ -88,7 +98,7 @@ pub async fn raw_exec(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::Error> {
         let mut conn = sqlx::SqliteConnection::connect(&fresh.url).await?;
         Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
     } else {
-        let mut conn = sqlx::PgConnection::connect(&fresh.url).await?;
+        let mut conn = pg_raw(&fresh.url).await?;
         Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
     }
 }
@@ -111,9 +121,7 @@ where
             .await
             .expect("raw query")
     } else {
-        let mut conn = sqlx::PgConnection::connect(&fresh.url)
-            .await
-            .expect("connect");
+        let mut conn = pg_raw(&fresh.url).await.expect("connect");
         sqlx::query_scalar(sql)
             .fetch_all(&mut conn)
             .await
@@ -132,7 +140,7 @@ pub async fn raw_exec_unchecked(fresh: &Fresh, sql: &str) -> Result<u64, sqlx::E
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         Ok(sqlx::query(sql).execute(&mut conn).await?.rows_affected())
     } else {
-        let mut conn = sqlx::PgConnection::connect(&fresh.url).await?;
+        let mut conn = pg_raw(&fresh.url).await?;
         let names: Vec<(String,)> = sqlx::query_as(
             "SELECT conname::text FROM pg_constraint WHERE conrelid = 'receipts'::regclass AND contype = 'c'",
         )

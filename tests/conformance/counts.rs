@@ -50,6 +50,20 @@ async fn assert_exact(fresh: &Fresh, now: u64, step: &str) -> StatusView {
         assert_eq!(sampled, first, "{step}: sample of {name}");
         assert_eq!(sample.total, counted[0] as u64, "{step}: total of {name}");
     }
+    // Not a state: of the pending receipts, those never attempted and not yet visible.
+    let scheduled: Vec<i64> = raw_scalars(
+        fresh,
+        &format!(
+            "SELECT COUNT(*) FROM receipts WHERE status = 'active' AND attempts = 0 \
+             AND next_visible_at_ms > {now}"
+        ),
+    )
+    .await;
+    assert_eq!(
+        status.counts.scheduled, scheduled[0] as u64,
+        "{step}: count of scheduled"
+    );
+    assert!(status.counts.scheduled <= status.counts.pending, "{step}");
     let oldest: Vec<Option<i64>> = raw_scalars(
         fresh,
         &format!(
@@ -159,6 +173,50 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     assert_exact(&fresh, T0 + 60_000, "much later").await;
 }
 
+/// `scheduled` counts receipts enqueued for later until they come due, and
+/// never a retry waiting out its backoff (that is `retry_scheduled`), a
+/// release or a redrive (due at once).
+async fn scheduled_counts_never_attempted_receipts_until_they_are_visible(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(
+        &fresh,
+        &[
+            receipt("now"),
+            receipt_with("in-10s", FIN, None, Some(T0 + 10_000)),
+            receipt_with("in-1h", FIN, None, Some(T0 + 3_600_000)),
+            receipt_with("past", FIN, None, Some(T0 - 5_000)),
+        ],
+        T0,
+    )
+    .await;
+    let at_t0 = assert_exact(&fresh, T0, "enqueued").await;
+    assert_eq!((at_t0.counts.pending, at_t0.counts.scheduled), (4, 2));
+    // Visible *at* visible_at_ms: due, no longer scheduled.
+    let later = assert_exact(&fresh, T0 + 10_000, "the first comes due").await;
+    assert_eq!((later.counts.pending, later.counts.scheduled), (4, 1));
+    let c = claim(&fresh, "in-10s", "w", T0 + 10_000, 1_000).await;
+    record(&fresh, &c, &rpc("x"), RetryPolicy::default(), T0 + 10_001)
+        .await
+        .unwrap();
+    let retry = assert_exact(&fresh, T0 + 10_001, "a retry waits its backoff").await;
+    assert_eq!(
+        (retry.counts.retry_scheduled, retry.counts.scheduled),
+        (1, 1)
+    );
+    let c = claim(&fresh, "now", "w", T0 + 10_002, 1_000).await;
+    s.release_lease(&c, T0 + 10_003).await.unwrap();
+    assert_exact(&fresh, T0 + 10_003, "released").await;
+    let c = claim(&fresh, "past", "w", T0 + 10_004, 1_000).await;
+    let dead = permanent(SettlementFailureCode::Signature, "y");
+    record(&fresh, &c, &dead, RetryPolicy::default(), T0 + 10_005)
+        .await
+        .unwrap();
+    s.redrive(&rid("past"), T0 + 10_006).await.unwrap();
+    assert_exact(&fresh, T0 + 10_006, "redriven").await;
+    let hour = assert_exact(&fresh, T0 + 3_600_000, "the hour is up").await;
+    assert_eq!(hour.counts.scheduled, 0);
+}
+
 async fn counts_of_rows_stored_before_the_counters_are_back_filled(fresh: Fresh) {
     // Rows written around the store, as the 0004 migration finds them in a
     // database already in use: take the counters away, load rows in bulk,
@@ -225,5 +283,6 @@ async fn raw_multi(fresh: &Fresh, sql: &str) {
 
 crate::on_every_backend!(
     counts_stay_exact_through_every_kind_of_write,
+    scheduled_counts_never_attempted_receipts_until_they_are_visible,
     counts_of_rows_stored_before_the_counters_are_back_filled,
 );

@@ -82,6 +82,7 @@ async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
     assert_eq!(m[r#"settled_receipts{state="settled"}"#], 1.0);
     assert_eq!(m[r#"settled_receipts{state="dead_lettered"}"#], 1.0);
     assert_eq!(m[r#"settled_receipts{state="pending"}"#], 0.0);
+    assert_eq!(m["settled_scheduled_receipts"], 0.0);
     assert_eq!(m["settled_dead_letters"], 1.0);
     assert_eq!(m["settled_oldest_due_age_seconds"], 0.0);
     assert_eq!(
@@ -100,6 +101,17 @@ async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
     s.enqueue("e").await;
     s.clock.advance(2_500);
     let m = parse(&s.get_text("/metrics").await);
+    assert_eq!(m["settled_oldest_due_age_seconds"], 2.5);
+    // A receipt due in about an hour is pending and scheduled, and not yet due.
+    s.post(
+        "/v1/receipts",
+        json!({"receipt_id": "f", "finalized_at": 1, "visible_at_ms": T0 + 3_700_000}),
+    )
+    .await
+    .ok(201);
+    let m = parse(&s.get_text("/metrics").await);
+    assert_eq!(m["settled_scheduled_receipts"], 1.0);
+    assert_eq!(m[r#"settled_receipts{state="pending"}"#], 2.0);
     assert_eq!(m["settled_oldest_due_age_seconds"], 2.5);
     s.stop().await;
 }

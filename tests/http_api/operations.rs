@@ -21,6 +21,13 @@ async fn status_counts_every_state_and_samples_in_order(fresh: Fresh) {
         .await
         .ok(201);
     }
+    // Due in an hour: pending, and counted as scheduled until then.
+    s.post(
+        "/v1/receipts",
+        json!({"receipt_id": "later", "finalized_at": 8, "visible_at_ms": T0 + 3_600_000}),
+    )
+    .await
+    .ok(201);
     let claim = |id: &'static str| {
         let s = &s;
         async move {
@@ -60,12 +67,12 @@ async fn status_counts_every_state_and_samples_in_order(fresh: Fresh) {
     let status = s.get("/v1/status?limit=1").await.ok(200).clone();
     assert_eq!(
         status["counts"],
-        json!({"pending": 2, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 1, "dead_lettered": 1})
+        json!({"pending": 3, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 1, "dead_lettered": 1})
     );
     // p1 and p2 were due at T0; now is T0 + 1000.
     assert_eq!(status["oldest_due_age_ms"], 1_000);
     let pending = &status["samples"]["pending"];
-    assert_eq!(pending["total"], 2);
+    assert_eq!(pending["total"], 3);
     assert_eq!(pending["returned"], 1);
     assert_eq!(pending["truncated"], true);
     assert_eq!(pending["receipts"][0]["receipt_id"], "p1");
@@ -76,7 +83,18 @@ async fn status_counts_every_state_and_samples_in_order(fresh: Fresh) {
     assert_eq!(status["samples"]["settled"]["truncated"], false);
     // The lease expires: the receipt reports pending again.
     s.clock.set(T0 + 10_000);
-    assert_eq!(s.get("/v1/status").await.body["counts"]["pending"], 3);
+    let counts = s.get("/v1/status").await.body["counts"].clone();
+    assert_eq!(
+        (counts["pending"].clone(), counts["scheduled"].clone()),
+        (json!(4), json!(1))
+    );
+    // The hour passes: `later` is due, no longer scheduled, still pending.
+    s.clock.set(T0 + 3_600_000);
+    let counts = s.get("/v1/status").await.body["counts"].clone();
+    assert_eq!(
+        (counts["pending"].clone(), counts["scheduled"].clone()),
+        (json!(4), json!(0))
+    );
     for bad in ["limit=0", "limit=4097", "limit=-1"] {
         let answer = s.get(&format!("/v1/status?{bad}")).await;
         answer.assert_problem(422, answer.body["code"].as_str().unwrap(), "validation");

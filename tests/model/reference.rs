@@ -1,4 +1,4 @@
-//! The reference model: SEMANTICS.md as a map of receipts, written
+//! The reference model: the rules of docs/concepts.md as a map of receipts, written
 //! independently of the stores it judges.
 
 use std::collections::BTreeMap;

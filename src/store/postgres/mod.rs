@@ -20,23 +20,25 @@ mod guarded;
 mod listen;
 mod outcome;
 mod read;
+mod schema;
 mod write;
 
+pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
+
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Executor, PgConnection, Postgres, Transaction};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::rows::{HistoryRow, ReceiptRow};
-use super::rules;
 use super::*;
+use super::{explain, rules};
 
 /// Pool and timeout settings for PostgreSQL.
 #[derive(Debug, Clone)]
@@ -47,6 +49,8 @@ pub struct PostgresOptions {
     pub connect_timeout_ms: u64,
     /// `statement_timeout` of every pooled connection; 0 disables it.
     pub statement_timeout_ms: u64,
+    /// The schema holding settled's tables, created if missing.
+    pub schema: String,
 }
 
 impl Default for PostgresOptions {
@@ -55,11 +59,14 @@ impl Default for PostgresOptions {
             max_connections: 16,
             connect_timeout_ms: 5_000,
             statement_timeout_ms: 5_000,
+            schema: DEFAULT_SCHEMA.to_owned(),
         }
     }
 }
 
-/// The channel on which replicas announce work that became due.
+/// The channel on which replicas announce work that became due. Channels
+/// are per database, not per schema: deployments in two schemas of one
+/// database wake each other's long polls, which then just look again.
 const CHANNEL: &str = "settled_work";
 
 type Tx = Transaction<'static, Postgres>;
@@ -100,30 +107,25 @@ impl PostgresStore {
 
     /// [`PostgresStore::open`], returning the concrete store.
     pub async fn connect(url: &str, options: &PostgresOptions) -> StoreResult<Self> {
-        let connect = PgConnectOptions::from_str(url)?.application_name("settled");
+        let connect = connect_options(url, &options.schema)?;
         let acquire_timeout = Duration::from_millis(options.connect_timeout_ms);
         let statement_timeout = options.statement_timeout_ms;
+        prepare(
+            &connect,
+            &options.schema,
+            acquire_timeout,
+            statement_timeout,
+        )
+        .await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(acquire_timeout)
             .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    let set = format!("SET statement_timeout = {statement_timeout}");
-                    conn.execute(sqlx::AssertSqlSafe(set)).await?;
-                    // A transaction whose client went silent (a network
-                    // partition, a frozen host) would keep its row locks, and
-                    // so hide its receipts from every replica's claims, until
-                    // the server noticed the dead peer: hours with default TCP
-                    // keepalives. The server ends it after the same bound.
-                    let set =
-                        format!("SET idle_in_transaction_session_timeout = {statement_timeout}");
-                    conn.execute(sqlx::AssertSqlSafe(set)).await?;
-                    Ok(())
-                })
+                Box::pin(async move { schema::session(conn, statement_timeout).await })
             })
             .connect_with(connect.clone())
-            .await?;
-        migrate(&pool).await?;
+            .await
+            .map_err(|e| explain::pg_connect(&connect, &e))?;
         // The first replica to get here picks the binding; every other one reads it back.
         sqlx::query(
             "INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
@@ -426,33 +428,4 @@ impl SettlementOutcomeStore for PostgresStore {
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
     }
-}
-
-/// Apply the migrations, unless every one is already applied: then nothing
-/// needs the right to create tables, and a role limited to reading and
-/// writing rows can run the service.
-async fn migrate(pool: &PgPool) -> StoreResult<()> {
-    let migrator = sqlx::migrate!("migrations/postgres");
-    let present: Option<String> =
-        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
-            .fetch_one(pool)
-            .await?;
-    if present.is_some() {
-        let applied: Vec<(i64, Vec<u8>)> =
-            sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
-                .fetch_all(pool)
-                .await?;
-        let done = migrator.iter().all(|m| {
-            applied
-                .iter()
-                .any(|(v, sum)| *v == m.version && sum.as_slice() == &*m.checksum)
-        });
-        if done {
-            return Ok(());
-        }
-    }
-    migrator
-        .run(pool)
-        .await
-        .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))
 }

@@ -73,6 +73,15 @@ impl PostgresStore {
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
+        // A range of receipts_scheduled (migrations/postgres/0005_scheduled.sql),
+        // whose predicate this repeats so that the planner can use it.
+        let scheduled: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM receipts WHERE status = 'active' AND attempts = 0 \
+             AND next_visible_at_ms > created_at_ms AND next_visible_at_ms > $1",
+        )
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
         // Due rows either hold no lease or an expired one.
         let oldest: Option<i64> = sqlx::query_scalar(
             "SELECT LEAST( \
@@ -122,6 +131,12 @@ impl PostgresStore {
             samples.push((state, rows));
         }
         tx.commit().await?;
-        rules::build_status(now, rules::state_counts(sums, live)?, oldest, samples)
+        rules::build_status(
+            now,
+            rules::state_counts(sums, live)?,
+            scheduled,
+            oldest,
+            samples,
+        )
     }
 }

@@ -20,8 +20,8 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Notify;
 
 use super::rows::to_i64;
-use super::rules;
 use super::*;
+use super::{explain, rules};
 use group::Writer;
 use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
 
@@ -43,37 +43,33 @@ impl SqliteStore {
                 "in-memory SQLite databases are not supported: use sqlite:PATH",
             ));
         }
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| {
+                SettlementRouteError::backend(format!(
+                    "invalid SQLite URL in --database-url: {}. Hint: use sqlite:PATH, e.g. \
+                     sqlite:settled.db or sqlite:/var/lib/settled/settled.db",
+                    explain::cause(&e)
+                ))
+            })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let mut conn = options.connect().await?;
-        sqlx::migrate!("migrations/sqlite")
-            .run(&mut conn)
-            .await
-            .map_err(|e| SettlementRouteError::backend(format!("migration failed: {e}")))?;
-        sqlx::query(
-            "INSERT INTO store_identity (id, binding) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(rules::new_binding()?.to_vec())
-        .execute(&mut conn)
-        .await?;
-        let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
-            .fetch_one(&mut conn)
-            .await?;
-        let digest: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
-        // Migrations ran on sqlx; from here on the synchronous writer owns writes.
-        conn.close().await?;
         let path = options.get_filename().to_path_buf();
+        let existed = path.exists();
+        let digest = prepare(&options)
+            .await
+            .map_err(|cause| explain::sqlite(&path, &cause))?;
+        if !existed {
+            tracing::info!(path = %path.display(), "created SQLite database {}", path.display());
+        }
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.clone())
-            .await?;
+            .await
+            .map_err(|e| explain::sqlite(&path, &explain::cause(&e)))?;
         Ok(Self {
             writer: Writer::start(path)?,
             reader,
@@ -82,6 +78,63 @@ impl SqliteStore {
             expiries: AtomicU64::new(0),
         })
     }
+}
+
+/// Create or migrate the file and read its binding (picked on first use);
+/// a failure comes back as the database's own words, for [`explain::sqlite`].
+async fn prepare(options: &SqliteConnectOptions) -> Result<[u8; 32], String> {
+    let cause = |e: sqlx::Error| explain::cause(&e);
+    let mut conn = options.connect().await.map_err(cause)?;
+    let migrator = sqlx::migrate!("migrations/sqlite");
+    let before = applied(&mut conn).await.map_err(cause)?;
+    migrator
+        .run(&mut conn)
+        .await
+        .map_err(|e| format!("migration failed: {}", explain::migrate_cause(&e)))?;
+    let now_applied: Vec<String> = migrator
+        .iter()
+        .filter(|m| !before.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect();
+    if !now_applied.is_empty() {
+        tracing::info!(
+            migrations = ?now_applied,
+            "applied migrations {}",
+            now_applied.join(", ")
+        );
+    }
+    let binding = rules::new_binding().map_err(|e| e.to_string())?;
+    sqlx::query(
+        "INSERT INTO store_identity (id, binding) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(binding.to_vec())
+    .execute(&mut conn)
+    .await
+    .map_err(cause)?;
+    let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(cause)?;
+    // Migrations ran on sqlx; from here on the synchronous writer owns writes.
+    conn.close().await.map_err(cause)?;
+    bytes
+        .try_into()
+        .map_err(|_| "the stored binding is not 32 bytes (a corrupt store_identity)".to_owned())
+}
+
+/// Versions of the migrations already applied (none in a new file).
+async fn applied(conn: &mut sqlx::SqliteConnection) -> Result<Vec<i64>, sqlx::Error> {
+    let present: Option<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if present.is_none() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(conn)
+        .await
 }
 
 #[async_trait]

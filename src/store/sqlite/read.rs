@@ -92,6 +92,10 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
+    let scheduled: i64 = sqlx::query_scalar(SCHEDULED)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
     // Due rows either hold no lease or an expired one.
     let oldest: Option<i64> = sqlx::query_scalar(
         "SELECT MIN(t) FROM ( \
@@ -141,5 +145,18 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
         samples.push((state, rows));
     }
     tx.commit().await?;
-    rules::build_status(now, rules::state_counts(sums, live)?, oldest, samples)
+    rules::build_status(
+        now,
+        rules::state_counts(sums, live)?,
+        scheduled,
+        oldest,
+        samples,
+    )
 }
+
+/// Receipts never attempted and not yet visible: a range of the index
+/// `receipts_scheduled` (migrations/sqlite/0005_scheduled.sql), whose
+/// predicate this repeats word for word so that SQLite can use it.
+const SCHEDULED: &str = "SELECT COUNT(*) FROM receipts INDEXED BY receipts_scheduled \
+     WHERE status = 'active' AND attempts = 0 AND next_visible_at_ms > created_at_ms \
+     AND next_visible_at_ms > ?1";

@@ -58,11 +58,14 @@ fn now() -> Res<i64> {
 
 pub async fn run(url: &str, cycle: Cycle) -> Res<RawResult> {
     let connections = cycle.w.workers.max(cycle.w.producers).max(1);
+    // settled's own schema and migrations, as the service would create them.
+    let schema = settled::store::postgres::DEFAULT_SCHEMA;
+    let connect = settled::store::postgres::connect_options(url, schema)?;
+    settled::store::postgres::prepare(&connect, schema, Duration::from_secs(10), 0).await?;
     let pool = PgPoolOptions::new()
         .max_connections(u32::try_from(connections)?)
-        .connect(url)
+        .connect_with(connect)
         .await?;
-    sqlx::migrate!("migrations/postgres").run(&pool).await?;
     let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
         .fetch_one(&pool)
         .await?;
