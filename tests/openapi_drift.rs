@@ -167,3 +167,24 @@ fn unions_are_discriminated_and_closed_sets_are_enums() {
     assert_eq!(observation["type"], "object");
     assert_eq!(observation["additionalProperties"], true);
 }
+
+/// The spec says each problem code is explained in the troubleshooting guide.
+#[test]
+fn every_problem_code_is_in_the_troubleshooting_table() {
+    let doc = serde_json::to_value(settled::http::openapi()).unwrap();
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/troubleshooting.md"
+    ))
+    .unwrap();
+    let codes = doc["components"]["schemas"]["ProblemCode"]["enum"]
+        .as_array()
+        .unwrap();
+    for code in codes {
+        let row = format!("| `{}` |", code.as_str().unwrap());
+        assert!(
+            guide.contains(&row),
+            "docs/troubleshooting.md has no row {row}"
+        );
+    }
+}
