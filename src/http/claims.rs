@@ -29,10 +29,11 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimsIn {
-    /// 1..=128 UTF-8 bytes.
+    /// Who claims: 1..=128 UTF-8 bytes, no control characters. Becomes the
+    /// claim's `lease_owner`.
     #[schema(min_length = 1, max_length = 128)]
     pub worker_id: String,
-    /// 1..=86400000.
+    /// How long the lease lasts: 1..=86400000 ms.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub lease_ms: u64,
     /// The most receipts to claim, 1..=1024. Required, there is no default:
@@ -140,10 +141,11 @@ async fn claim_batch(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimOneIn {
-    /// 1..=128 UTF-8 bytes.
+    /// Who claims: 1..=128 UTF-8 bytes, no control characters. Becomes the
+    /// claim's `lease_owner`.
     #[schema(min_length = 1, max_length = 128)]
     pub worker_id: String,
-    /// 1..=86400000.
+    /// How long the lease lasts: 1..=86400000 ms.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub lease_ms: u64,
 }
