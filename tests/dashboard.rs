@@ -1,10 +1,19 @@
+//! Tests that drive the real binary with npm and Python tooling, each pinned and installed by a
+//! setup script that .ci/run calls.
+//!
 //! The operator dashboard in a real browser: starts the real binary with an operator token,
 //! seeds receipts in every interesting state through the API, then runs
 //! `node tests/dashboard/dashboard.test.mjs` (playwright-core driving headless Debian Chromium).
-//!
 //! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
-//! (`bash tests/dashboard/ci-setup.sh` installs the last two). Without them the test prints
-//! `SKIPPED: …` and passes, except when `CI` is set: there a missing piece fails it.
+//! (`bash tests/dashboard/ci-setup.sh` installs the last two).
+//!
+//! Generated clients: see `tests/clients/driver.rs`.
+//!
+//! Without its tools a test prints `SKIPPED: …` and passes, except when `CI` is set: there a
+//! missing piece fails it.
+
+#[path = "clients/driver.rs"]
+mod clients;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -60,14 +69,15 @@ impl Drop for Server {
     }
 }
 
-fn start(dir: &Path) -> Server {
+/// Start the binary in `dir` with these `ROLE:TOKEN` entries.
+fn start(dir: &Path, tokens: &[String]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
         .env_remove("SETTLED_DATABASE_URL")
         .env_remove("SETTLED_LISTEN")
         .env_remove("SETTLED_TOKENS")
         .current_dir(dir)
         .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--token", &format!("operator:{TOKEN}")])
+        .args(tokens.iter().flat_map(|t| ["--token", t.as_str()]))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -235,7 +245,7 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     }
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start(dir.path());
+    let server = start(dir.path(), &[format!("operator:{TOKEN}")]);
     let api = Api {
         client: reqwest::Client::new(),
         base: server.base.clone(),

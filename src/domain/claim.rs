@@ -115,33 +115,62 @@ impl ClaimLimit {
     }
 }
 
-/// Persisted row and lease state required to commit a settlement transition.
+/// A claimed receipt: what a worker needs to settle it, and the lease under
+/// which it reports the outcome.
 ///
-/// Over HTTP this is the `Claim` object; `observation` is carried along for the
-/// worker but is not part of the compare-and-swap.
+/// Send it back exactly as received: an outcome, heartbeat or release is
+/// accepted only while every field but `observation` matches the receipt's
+/// current lease (otherwise 409 `lease_conflict`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = Claim)]
 pub struct SettlementAttemptClaim {
-    /// Receipt bound to the claimed row.
+    /// The receipt claimed.
     pub receipt_id: String,
-    /// Receipt finalization timestamp persisted with the row (Unix seconds).
+    /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
-    /// Completed invocations persisted before this claim.
+    /// The receipt's `attempts` when claimed: how many invocations failed
+    /// before this one. This claim is invocation `attempts + 1`, the
+    /// `attempt` its history entry will show.
     pub attempts: u32,
-    /// Version incremented when the claim was acquired.
+    /// Bumped by every claim of the receipt: tells this claim from earlier ones.
     pub row_version: u64,
-    /// Worker that owns the lease.
+    /// The `worker_id` that claimed it.
     pub lease_owner: String,
-    /// Unpredictable token required by the outcome compare-and-swap.
+    /// This lease's secret (unpredictable): proves that an outcome comes from
+    /// this claim. Never shown by `GET /v1/receipts/{id}`.
     pub lease_token: String,
-    /// Exclusive lease deadline in server milliseconds.
+    /// The lease ends at this server time (ms, exclusive): report the
+    /// outcome, or extend the lease, before then.
     pub lease_until_ms: u64,
-    /// The producer's observation (a JSON object), or null.
+    /// The producer's observation exactly as enqueued, or null. Not compared
+    /// when the claim is sent back.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Observation>)]
     pub observation: Option<serde_json::Value>,
 }
+
+/// The OpenAPI schema of an observation (the values themselves are
+/// `serde_json::Value`s): any JSON object, so that generated clients let a
+/// producer send any fields and a worker read them.
+pub struct Observation;
+
+impl utoipa::PartialSchema for Observation {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+            .description(Some(
+                "What a worker needs to settle a receipt: any JSON object the producer \
+                 chooses (at most 64 KiB). Kept exactly as sent: numbers keep their digits.",
+            ))
+            .examples([serde_json::json!({"amount_cents": 1250, "currency": "EUR"})])
+            .into()
+    }
+}
+
+impl ToSchema for Observation {}
 
 #[cfg(test)]
 mod tests {

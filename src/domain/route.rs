@@ -63,23 +63,28 @@ impl SettlementRoutingInput {
     }
 }
 
-/// Result of atomically recording a claimed settlement outcome.
+/// What the server did with an outcome, recorded atomically with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[schema(as = Route)]
 pub enum SettlementRoute {
-    /// The claimed row was removed without further work.
+    /// Finished: the receipt is settled (`accepted`) or skipped; nothing more to do.
+    #[schema(title = "NoActionRoute")]
     NoAction,
-    /// The claimed row was rescheduled for retry.
+    /// The failure will be retried: the receipt is due again at `next_visible_at_ms`.
+    #[schema(title = "RetryScheduledRoute")]
     RetryScheduled {
-        /// Persisted attempt number for the next invocation.
+        /// The receipt's `attempts` now: invocations failed so far, this one
+        /// included (1 after the first failure). Equals this outcome's history
+        /// `attempt`; the next claim carries it as `attempts`.
         attempt: u32,
-        /// Earliest visibility time in milliseconds.
+        /// When the receipt is due again (server ms).
         next_visible_at_ms: u64,
     },
-    /// The failure was committed as terminal.
+    /// The receipt failed for good and waits in the dead letters for an operator.
+    #[schema(title = "DeadLetteredRoute")]
     DeadLettered {
-        /// Total invocations represented by the dead letter.
+        /// Total invocations, this last one included (the dead letter's `attempts`).
         attempts: u32,
     },
 }

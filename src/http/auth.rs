@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use thiserror::Error;
 
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +151,7 @@ impl Tokens {
 fn unauthorized() -> Response {
     let mut response = ApiError::auth(
         StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        ProblemCode::Unauthorized,
         "send a valid token as Authorization: Bearer <token>",
     )
     .into_response();
@@ -160,6 +160,16 @@ fn unauthorized() -> Response {
         header::HeaderValue::from_static("Bearer"),
     );
     response
+}
+
+/// The token of an `Authorization: Bearer <token>` value. The scheme name is
+/// case-insensitive (RFC 9110, section 11.1): `bearer` and `BEARER` work too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// Refuse `/v1` requests without a valid token (401) or with a role that may not (403).
@@ -172,14 +182,14 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let Some(role) = presented.and_then(|t| tokens.role_of(t.trim())) else {
+        .and_then(bearer_token);
+    let Some(role) = presented.and_then(|t| tokens.role_of(t)) else {
         return unauthorized();
     };
     if !role.may(request.method(), path) {
         return ApiError::auth(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ProblemCode::Forbidden,
             "this token's role may not do that",
         )
         .into_response();
@@ -207,5 +217,15 @@ mod tests {
             TokenError::Weak
         );
         assert!(!format!("{t:?}").contains("0123"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer abc", "bearer abc", "BEARER abc", "BeArEr   abc "] {
+            assert_eq!(bearer_token(value), Some("abc"), "{value}");
+        }
+        for value in ["Basic abc", "Bearer", "Bearer ", "Bearerabc", "abc"] {
+            assert_eq!(bearer_token(value), None, "{value}");
+        }
     }
 }

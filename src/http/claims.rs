@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
 use super::waiting::FALLBACK_POLL;
 use super::wire::{self, MAX_WAIT_MS};
@@ -29,13 +29,16 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimsIn {
-    /// 1..=128 UTF-8 bytes.
+    /// Who claims: 1..=128 UTF-8 bytes, no control characters. Becomes the
+    /// claim's `lease_owner`.
     #[schema(min_length = 1, max_length = 128)]
     pub worker_id: String,
-    /// 1..=86400000.
+    /// How long the lease lasts: 1..=86400000 ms.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub lease_ms: u64,
-    /// 1..=1024.
+    /// The most receipts to claim, 1..=1024. Required, there is no default:
+    /// ask for what this worker can settle within one lease (1 claims one
+    /// receipt at a time).
     #[schema(minimum = 1, maximum = 1024)]
     pub limit: usize,
     /// 0..=20000: wait up to this long for work when none is due (0 or absent: no wait).
@@ -60,7 +63,6 @@ pub struct ClaimsOut {
     responses(
         (status = 200, description = "Claims, possibly none", body = ClaimsOut),
         (status = 422, description = "A bound is broken", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn claim_batch(
     State(app): State<AppState>,
@@ -72,7 +74,7 @@ async fn claim_batch(
     let wait_ms = body.wait_ms.unwrap_or(0);
     if wait_ms > MAX_WAIT_MS {
         return Err(ApiError::validation(
-            "invalid_wait_ms",
+            ProblemCode::InvalidWaitMs,
             "wait_ms must be 0..=20000",
         ));
     }
@@ -139,10 +141,11 @@ async fn claim_batch(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimOneIn {
-    /// 1..=128 UTF-8 bytes.
+    /// Who claims: 1..=128 UTF-8 bytes, no control characters. Becomes the
+    /// claim's `lease_owner`.
     #[schema(min_length = 1, max_length = 128)]
     pub worker_id: String,
-    /// 1..=86400000.
+    /// How long the lease lasts: 1..=86400000 ms.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub lease_ms: u64,
 }
@@ -175,15 +178,15 @@ async fn claim_one(
             Ok(Json(claim))
         }
         ReceiptClaim::Leased => Err(ApiError::conflict(
-            "receipt_leased",
+            ProblemCode::ReceiptLeased,
             "a live lease holds this receipt",
         )),
         ReceiptClaim::NotYetVisible => Err(ApiError::conflict(
-            "receipt_not_visible",
+            ProblemCode::ReceiptNotVisible,
             "this receipt is not due yet",
         )),
         ReceiptClaim::NoActiveWork => Err(ApiError::not_found(
-            "no_active_work",
+            ProblemCode::NoActiveWork,
             "unknown receipt, or it has no active work",
         )),
     }

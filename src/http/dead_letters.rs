@@ -7,7 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiPath, ApiQuery};
 use super::wire;
 use crate::store::{DeadLetter, DeadLetterCursor, ReceiptView};
@@ -54,7 +54,7 @@ fn encode_cursor(letter: &DeadLetter) -> String {
 fn decode_cursor(text: &str) -> Result<DeadLetterCursor, ApiError> {
     let bad = || {
         ApiError::validation(
-            "invalid_cursor",
+            ProblemCode::InvalidCursor,
             "after must be a `next` value from a previous page",
         )
     };
@@ -81,7 +81,7 @@ async fn list(
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::validation(
-            "invalid_limit",
+            ProblemCode::InvalidLimit,
             "limit must be 1..=1000",
         ));
     }
@@ -113,18 +113,28 @@ async fn get_one(
     let id = wire::parse_receipt_id(&id)?;
     let letter = app.store.dead_letter(&id).await?;
     letter.map(Json).ok_or_else(|| {
-        ApiError::not_found("dead_letter_not_found", "this receipt is not dead-lettered")
+        ApiError::not_found(
+            ProblemCode::DeadLetterNotFound,
+            "this receipt is not dead-lettered",
+        )
     })
 }
 
+/// A redrive's body: nothing is needed. Send `{}` or no body at all (it is
+/// ignored), but always with `Content-Type: application/json`.
+#[derive(Debug, ToSchema)]
+pub struct RedriveIn {}
+
 /// Put a dead letter back to work: pending, attempts 0, history kept.
 ///
-/// Takes no body, but must be sent with `Content-Type: application/json`
+/// Needs no body, but must be sent with `Content-Type: application/json`
 /// like every state-changing request (a body, if any, is ignored): an HTML
 /// form on another site cannot send that, so it cannot redrive through an
-/// operator's browser.
+/// operator's browser. Generated clients that send the header only with a
+/// body (openapi-fetch) send `{}`.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/redrive", operation_id = "v1.dead_letters.redrive", tag = "dead letters",
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
+    request_body(content = Option<RedriveIn>, description = "Ignored: send `{}` or nothing"),
     responses(
         (status = 200, description = "The receipt, pending again", body = ReceiptView),
         (status = 404, description = "Not dead-lettered", body = Problem, content_type = "application/problem+json"),
@@ -137,7 +147,10 @@ async fn redrive(
     let id = wire::parse_receipt_id(&id)?;
     let view = app.store.redrive(&id, app.now()).await?;
     view.map(Json).ok_or_else(|| {
-        ApiError::not_found("dead_letter_not_found", "this receipt is not dead-lettered")
+        ApiError::not_found(
+            ProblemCode::DeadLetterNotFound,
+            "this receipt is not dead-lettered",
+        )
     })
 }
 

@@ -14,26 +14,85 @@ use crate::domain::{IdError, SettlementClaimValidationError, SettlementRouteErro
 /// An RFC 9457 problem with a stable machine `code` and an error `class`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Problem {
-    /// Always `about:blank`.
+    /// Always `about:blank`: the `code` says what happened.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The HTTP status text.
+    /// The HTTP status text, e.g. `Conflict`.
     pub title: String,
+    /// The HTTP status code, repeated.
     pub status: u16,
-    /// What went wrong, for people.
+    /// What went wrong, for people; may change between versions.
     pub detail: String,
-    /// Stable machine code, e.g. `lease_conflict`.
-    pub code: String,
-    /// `validation`, `conflict`, `invalid_record`, `backend`, `not_found` or `auth`.
-    pub class: String,
+    pub code: ProblemCode,
+    pub class: ProblemClass,
+}
+
+/// What went wrong, as a stable machine code: program against this. Each is
+/// explained, with what a client should do, in docs/troubleshooting.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemCode {
+    MalformedJson,
+    UnsupportedMediaType,
+    BodyTooLarge,
+    RequestTimeout,
+    InvalidBody,
+    InvalidQuery,
+    InvalidPath,
+    MethodNotAllowed,
+    BatchSize,
+    InvalidReceiptId,
+    InvalidFinalizedAt,
+    InvalidVisibleAtMs,
+    InvalidObservation,
+    ObservationTooLarge,
+    InvalidTranscriptId,
+    WorkerIdLength,
+    InvalidWorkerId,
+    LeaseDuration,
+    ClaimBatch,
+    InvalidWaitMs,
+    InvalidClaim,
+    ReceiptIdMismatch,
+    InvalidLimit,
+    InvalidCursor,
+    Unauthorized,
+    Forbidden,
+    CrossSiteRequest,
+    HostNotAllowed,
+    LeaseConflict,
+    ReceiptConflict,
+    ReceiptLeased,
+    ReceiptNotVisible,
+    NotFound,
+    ReceiptNotFound,
+    NoActiveWork,
+    DeadLetterNotFound,
+    InvalidRecord,
+    BackendUnavailable,
+}
+
+/// The kind of error: `validation` (fix the request), `conflict` (the
+/// receipt's state or lease does not allow it), `not_found`, `auth` (the
+/// token, or where the request came from), `invalid_record` (a stored value
+/// is corrupt; nothing changed) or `backend` (retry later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemClass {
+    Validation,
+    Conflict,
+    InvalidRecord,
+    Backend,
+    NotFound,
+    Auth,
 }
 
 /// An error answered as problem+json.
 #[derive(Debug, Clone)]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
-    class: &'static str,
+    code: ProblemCode,
+    class: ProblemClass,
     detail: String,
     internal: Option<Internal>,
 }
@@ -50,8 +109,8 @@ pub enum Internal {
 impl ApiError {
     fn new(
         status: StatusCode,
-        code: &'static str,
-        class: &'static str,
+        code: ProblemCode,
+        class: ProblemClass,
         detail: impl Into<String>,
     ) -> Self {
         Self {
@@ -64,31 +123,36 @@ impl ApiError {
     }
 
     /// 422: a value breaks a bound.
-    pub fn validation(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, "validation", detail)
+    pub fn validation(code: ProblemCode, detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code,
+            ProblemClass::Validation,
+            detail,
+        )
     }
 
     /// 404.
-    pub fn not_found(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, "not_found", detail)
+    pub fn not_found(code: ProblemCode, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, ProblemClass::NotFound, detail)
     }
 
     /// 401 or 403 with class `auth`.
-    pub fn auth(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(status, code, "auth", detail)
+    pub fn auth(status: StatusCode, code: ProblemCode, detail: impl Into<String>) -> Self {
+        Self::new(status, code, ProblemClass::Auth, detail)
     }
 
     /// 409.
-    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, "conflict", detail)
+    pub fn conflict(code: ProblemCode, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, ProblemClass::Conflict, detail)
     }
 
     /// 503 with class `backend`; `internal` goes to the log only.
     pub fn unavailable(internal: &str) -> Self {
         let mut error = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "backend_unavailable",
-            "backend",
+            ProblemCode::BackendUnavailable,
+            ProblemClass::Backend,
             "the database is unavailable; retry later",
         );
         error.internal = Some(Internal::Backend(internal.to_owned()));
@@ -99,8 +163,8 @@ impl ApiError {
     pub fn malformed(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
-            "malformed_json",
-            "validation",
+            ProblemCode::MalformedJson,
+            ProblemClass::Validation,
             detail,
         )
     }
@@ -109,8 +173,8 @@ impl ApiError {
     pub fn unsupported_media_type() -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "validation",
+            ProblemCode::UnsupportedMediaType,
+            ProblemClass::Validation,
             "send the request with Content-Type: application/json (every POST, PUT, PATCH and \
              DELETE; a request without a body, such as a redrive, too)",
         )
@@ -139,12 +203,14 @@ impl ApiError {
 impl From<SettlementRouteError> for ApiError {
     fn from(error: SettlementRouteError) -> Self {
         match error {
-            SettlementRouteError::Conflict { detail } => Self::conflict("lease_conflict", detail),
+            SettlementRouteError::Conflict { detail } => {
+                Self::conflict(ProblemCode::LeaseConflict, detail)
+            }
             SettlementRouteError::InvalidRecord { detail } => {
                 let mut error = Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "invalid_record",
-                    "invalid_record",
+                    ProblemCode::InvalidRecord,
+                    ProblemClass::InvalidRecord,
                     "a stored value is corrupt or would overflow; nothing was changed",
                 );
                 error.internal = Some(Internal::InvalidRecord(detail));
@@ -157,13 +223,18 @@ impl From<SettlementRouteError> for ApiError {
 
 impl From<SettlementClaimValidationError> for ApiError {
     fn from(error: SettlementClaimValidationError) -> Self {
-        Self::validation(error.code(), error.to_string())
+        let code = match error {
+            SettlementClaimValidationError::WorkerIdLength => ProblemCode::WorkerIdLength,
+            SettlementClaimValidationError::LeaseDuration => ProblemCode::LeaseDuration,
+            SettlementClaimValidationError::ClaimBatch => ProblemCode::ClaimBatch,
+        };
+        Self::validation(code, error.to_string())
     }
 }
 
 impl ApiError {
     /// A bad receipt id (`what` names the field).
-    pub fn bad_id(code: &'static str, what: &str, error: IdError) -> Self {
+    pub fn bad_id(code: ProblemCode, what: &str, error: IdError) -> Self {
         Self::validation(code, format!("{what} {error}"))
     }
 }
@@ -172,22 +243,27 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let text = rejection.body_text();
         match rejection {
-            JsonRejection::JsonDataError(_) => Self::validation("invalid_body", text),
+            JsonRejection::JsonDataError(_) => Self::validation(ProblemCode::InvalidBody, text),
             JsonRejection::JsonSyntaxError(_) => Self::malformed(text),
             JsonRejection::MissingJsonContentType(_) => Self::unsupported_media_type(),
             other if body_timed_out(&other) => Self::new(
                 StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                "validation",
+                ProblemCode::RequestTimeout,
+                ProblemClass::Validation,
                 "the request body stopped arriving; send the request again",
             ),
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "validation",
+                ProblemCode::BodyTooLarge,
+                ProblemClass::Validation,
                 "request bodies are limited to 1 MiB",
             ),
-            other => Self::new(other.status(), "invalid_body", "validation", text),
+            other => Self::new(
+                other.status(),
+                ProblemCode::InvalidBody,
+                ProblemClass::Validation,
+                text,
+            ),
         }
     }
 }
@@ -206,13 +282,13 @@ fn body_timed_out(rejection: &JsonRejection) -> bool {
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        Self::validation("invalid_query", rejection.body_text())
+        Self::validation(ProblemCode::InvalidQuery, rejection.body_text())
     }
 }
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        Self::validation("invalid_path", rejection.body_text())
+        Self::validation(ProblemCode::InvalidPath, rejection.body_text())
     }
 }
 
@@ -234,15 +310,15 @@ impl IntoResponse for ApiError {
 
 /// Answer for any path the API does not have.
 pub async fn no_route() -> ApiError {
-    ApiError::not_found("not_found", "no such path")
+    ApiError::not_found(ProblemCode::NotFound, "no such path")
 }
 
 /// Answer for a known path with a method it does not take.
 pub async fn wrong_method() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "validation",
+        ProblemCode::MethodNotAllowed,
+        ProblemClass::Validation,
         "method not allowed on this path",
     )
 }

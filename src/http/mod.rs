@@ -12,6 +12,7 @@ mod ops;
 pub mod origin;
 mod outcomes;
 mod receipts;
+mod spec;
 mod strict_json;
 mod waiting;
 pub mod wire;
@@ -68,7 +69,7 @@ impl AppState {
         clock: Arc<dyn Clock>,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
-        let yaml = openapi().to_yaml().unwrap_or_default();
+        let yaml = openapi_yaml();
         Self {
             store,
             policy,
@@ -161,71 +162,24 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(ops::routes())
 }
 
+/// The OpenAPI document as YAML: what `openapi.yaml` holds and `/openapi.yaml`
+/// serves. Rendered from its JSON text because, with serde_json's
+/// `arbitrary_precision`, the numbers of the request examples serialize as
+/// numbers only through serde_json itself.
+#[must_use]
+pub fn openapi_yaml() -> String {
+    let json = serde_json::to_string(&openapi()).expect("the document serializes");
+    let value: yaml_serde::Value = yaml_serde::from_str(&json).expect("JSON text is YAML");
+    yaml_serde::to_string(&value).expect("the document renders as YAML")
+}
+
 /// The OpenAPI document, derived from the routes themselves.
 #[must_use]
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = api_router().into_openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    document_body_problems(&mut doc);
+    spec::refine(&mut doc);
     doc
-}
-
-/// Add the answers every state-changing operation can give before its
-/// handler runs: the cross-site checks of [`origin::guard`] and, for those
-/// with a JSON body, the body problems of [`error::ApiError`]'s
-/// `From<JsonRejection>`.
-fn document_body_problems(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-    const BODY_PROBLEMS: [(&str, &str); 3] = [
-        ("400", "Malformed JSON (`malformed_json`)"),
-        (
-            "408",
-            "The request body stopped arriving (`request_timeout`)",
-        ),
-        ("413", "Body over 1 MiB (`body_too_large`)"),
-    ];
-    const REQUEST_PROBLEMS: [(&str, &str); 2] = [
-        (
-            "403",
-            "Sent by a browser from another site or origin (`cross_site_request`)",
-        ),
-        (
-            "415",
-            "Not sent with `Content-Type: application/json` (`unsupported_media_type`); \
-             required on every POST and DELETE, with or without a body",
-        ),
-    ];
-    for item in doc.paths.paths.values_mut() {
-        for operation in [
-            &mut item.post,
-            &mut item.put,
-            &mut item.patch,
-            &mut item.delete,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let body = if operation.request_body.is_some() {
-                &BODY_PROBLEMS[..]
-            } else {
-                &[]
-            };
-            for (status, description) in body.iter().chain(&REQUEST_PROBLEMS) {
-                let problem = ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("Problem")))
-                    .build();
-                let response = ResponseBuilder::new()
-                    .description(*description)
-                    .content("application/problem+json", problem)
-                    .build();
-                operation
-                    .responses
-                    .responses
-                    .entry((*status).to_owned())
-                    .or_insert(RefOr::T(response));
-            }
-        }
-    }
 }
 
 async fn time_limit(request: Request, next: Next) -> Response {

@@ -9,14 +9,14 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
 use super::wire::{MAX_BATCH_ITEMS, MAX_BODY_BYTES, MAX_OBSERVATION_BYTES, MAX_WAIT_MS};
 use crate::domain::{
     MAX_ID_BYTES, MAX_SETTLEMENT_CLAIM_BATCH, MAX_SETTLEMENT_LEASE_MS,
     MAX_SETTLEMENT_WORKER_ID_BYTES, RetryPolicy,
 };
-use crate::store::StatusView;
+use crate::store::{BackendKind, StatusView};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -49,7 +49,7 @@ async fn status(
     let limit = query.limit.unwrap_or(256);
     if limit == 0 || limit > 4096 {
         return Err(ApiError::validation(
-            "invalid_limit",
+            ProblemCode::InvalidLimit,
             "limit must be 1..=4096",
         ));
     }
@@ -73,8 +73,7 @@ pub struct Limits {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct InfoOut {
     pub version: String,
-    /// `sqlite` or `postgres`.
-    pub backend: String,
+    pub backend: BackendKind,
     /// 64 hex characters identifying the database (the ledger) behind this server.
     pub store_binding: String,
     pub retry_policy: RetryPolicy,
@@ -87,7 +86,7 @@ pub struct InfoOut {
 async fn info(State(app): State<AppState>) -> Json<InfoOut> {
     Json(InfoOut {
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        backend: app.store.backend().as_str().to_owned(),
+        backend: app.store.backend(),
         store_binding: app.store.settlement_store_binding().to_hex(),
         retry_policy: app.policy,
         limits: Limits {
@@ -106,8 +105,16 @@ async fn info(State(app): State<AppState>) -> Json<InfoOut> {
 /// Health or readiness.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HealthOut {
-    /// `ok` or `ready`.
-    pub status: String,
+    pub status: HealthStatus,
+}
+
+/// `ok` from `/healthz` (the process is alive), `ready` from `/readyz` (its
+/// database is reachable and migrated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    Ok,
+    Ready,
 }
 
 /// The process is alive.
@@ -115,7 +122,7 @@ pub struct HealthOut {
     responses((status = 200, description = "Alive", body = HealthOut)))]
 async fn healthz() -> Json<HealthOut> {
     Json(HealthOut {
-        status: "ok".into(),
+        status: HealthStatus::Ok,
     })
 }
 
@@ -128,7 +135,7 @@ async fn healthz() -> Json<HealthOut> {
 async fn readyz(State(app): State<AppState>) -> Result<Json<HealthOut>, ApiError> {
     app.store.ping().await?;
     Ok(Json(HealthOut {
-        status: "ready".into(),
+        status: HealthStatus::Ready,
     }))
 }
 

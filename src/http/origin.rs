@@ -17,7 +17,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 
 /// Host names an anonymous server answers to; `None` (a server with
 /// tokens) answers to any.
@@ -143,7 +143,7 @@ fn same_origin(origin: &str, authority: &str) -> bool {
     strip(rest) == strip(authority)
 }
 
-fn refuse(status: StatusCode, code: &'static str, detail: &str) -> Response {
+fn refuse(status: StatusCode, code: ProblemCode, detail: &str) -> Response {
     ApiError::auth(status, code, detail).into_response()
 }
 
@@ -155,7 +155,7 @@ pub async fn guard(State(hosts): State<AllowedHosts>, request: Request, next: Ne
     if !hosts.allows_any() && !authority.is_some_and(|a| hosts.allows(a)) {
         return refuse(
             StatusCode::MISDIRECTED_REQUEST,
-            "host_not_allowed",
+            ProblemCode::HostNotAllowed,
             "without tokens settled answers only requests addressed to localhost, a loopback \
              address or a name given with --allowed-host",
         );
@@ -170,7 +170,7 @@ pub async fn guard(State(hosts): State<AllowedHosts>, request: Request, next: Ne
     if fetch_site.is_some_and(|site| !matches!(site, "same-origin" | "none")) {
         return refuse(
             StatusCode::FORBIDDEN,
-            "cross_site_request",
+            ProblemCode::CrossSiteRequest,
             "state-changing requests from another site are refused",
         );
     }
@@ -183,7 +183,7 @@ pub async fn guard(State(hosts): State<AllowedHosts>, request: Request, next: Ne
     {
         return refuse(
             StatusCode::FORBIDDEN,
-            "cross_site_request",
+            ProblemCode::CrossSiteRequest,
             "state-changing requests from another origin are refused",
         );
     }

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
 use super::wire::{self, ReceiptIn};
 use crate::store::{Enqueued, ReceiptView};
@@ -45,7 +45,7 @@ async fn enqueue(
         Enqueued::Existing => StatusCode::OK,
         Enqueued::Conflict => {
             return Err(ApiError::conflict(
-                "receipt_conflict",
+                ProblemCode::ReceiptConflict,
                 "a receipt with this id exists with different content",
             ));
         }
@@ -69,10 +69,22 @@ pub struct ReceiptBatchIn {
 pub struct ReceiptBatchResult {
     /// The item's `receipt_id`, when it had one.
     pub receipt_id: Option<String>,
-    /// `created`, `existing`, `conflict` or `invalid`.
-    pub status: String,
+    pub status: BatchItemStatus,
+    /// Why the item was refused (`conflict` and `invalid` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
+}
+
+/// What became of one receipt of a batch: `created` (stored now), `existing`
+/// (an identical receipt was already known; nothing changed), `conflict`
+/// (the id is taken by different content) or `invalid` (refused, see `error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchItemStatus {
+    Created,
+    Existing,
+    Conflict,
+    Invalid,
 }
 
 /// Results in the order of the request.
@@ -100,15 +112,16 @@ async fn enqueue_batch(
             Ok(receipt) => {
                 let receipt_id = Some(receipt.receipt_id.as_str().to_owned());
                 valid.push((results.len(), receipt));
+                // Set from the store's answer below.
                 results.push(ReceiptBatchResult {
                     receipt_id,
-                    status: String::new(),
+                    status: BatchItemStatus::Invalid,
                     error: None,
                 });
             }
             Err(e) => results.push(ReceiptBatchResult {
                 receipt_id: wire::item_receipt_id(&item, &["receipt_id"]),
-                status: "invalid".into(),
+                status: BatchItemStatus::Invalid,
                 error: Some(e.problem()),
             }),
         }
@@ -122,12 +135,12 @@ async fn enqueue_batch(
     for (index, outcome) in indexes.into_iter().zip(outcomes) {
         let result = &mut results[index];
         match outcome {
-            Enqueued::Created => result.status = "created".into(),
-            Enqueued::Existing => result.status = "existing".into(),
+            Enqueued::Created => result.status = BatchItemStatus::Created,
+            Enqueued::Existing => result.status = BatchItemStatus::Existing,
             Enqueued::Conflict => {
-                result.status = "conflict".into();
+                result.status = BatchItemStatus::Conflict;
                 let e = ApiError::conflict(
-                    "receipt_conflict",
+                    ProblemCode::ReceiptConflict,
                     "a receipt with this id exists with different content",
                 );
                 result.error = Some(e.problem());
@@ -152,5 +165,5 @@ async fn get_receipt(
     let id = wire::parse_receipt_id(&id)?;
     let view = app.store.receipt(&id, app.now()).await?;
     view.map(Json)
-        .ok_or_else(|| ApiError::not_found("receipt_not_found", "no receipt with this id"))
+        .ok_or_else(|| ApiError::not_found(ProblemCode::ReceiptNotFound, "no receipt with this id"))
 }

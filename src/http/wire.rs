@@ -6,9 +6,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemCode};
 use crate::domain::{
-    ReceiptId, SettlementAttemptClaim, SettlementFailureCode, SettlementFailureReason,
+    Observation, ReceiptId, SettlementAttemptClaim, SettlementFailureCode, SettlementFailureReason,
     SettlementRoute, SettlementRoutingInput, SettlementSkipReason, TranscriptId, WorkerId,
 };
 use crate::store::NewReceipt;
@@ -31,11 +31,11 @@ pub struct ReceiptIn {
     pub receipt_id: String,
     /// Unix seconds of the receipt (0..=9223372036854775807).
     pub finalized_at: u64,
-    /// What a worker needs to settle it: a JSON object (at most 64 KiB), or null.
-    /// Kept exactly: numbers keep the text they were sent as. Duplicate keys
-    /// at any depth are refused.
+    /// What a worker needs to settle it: a JSON object (at most 64 KiB), or
+    /// null. Kept exactly: numbers keep the text they were sent as. Duplicate
+    /// keys at any depth are refused.
     #[serde(default, deserialize_with = "super::strict_json::unique_keys")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Observation>)]
     pub observation: Option<Value>,
     /// When it becomes due (server ms); default now. A past value is due at once.
     #[serde(default)]
@@ -52,7 +52,7 @@ impl ReceiptIn {
         let receipt_id = parse_receipt_id(&self.receipt_id)?;
         if !fits_i64(self.finalized_at) {
             return Err(ApiError::validation(
-                "invalid_finalized_at",
+                ProblemCode::InvalidFinalizedAt,
                 "finalized_at must be at most 9223372036854775807",
             ));
         }
@@ -61,7 +61,7 @@ impl ReceiptIn {
             Some(obj @ Value::Object(_)) => {
                 if obj.to_string().len() > MAX_OBSERVATION_BYTES {
                     return Err(ApiError::validation(
-                        "observation_too_large",
+                        ProblemCode::ObservationTooLarge,
                         "observation must be at most 64 KiB of JSON",
                     ));
                 }
@@ -69,14 +69,14 @@ impl ReceiptIn {
             }
             Some(_) => {
                 return Err(ApiError::validation(
-                    "invalid_observation",
+                    ProblemCode::InvalidObservation,
                     "observation must be a JSON object or null",
                 ));
             }
         };
         if self.visible_at_ms.is_some_and(|v| !fits_i64(v)) {
             return Err(ApiError::validation(
-                "invalid_visible_at_ms",
+                ProblemCode::InvalidVisibleAtMs,
                 "visible_at_ms must be at most 9223372036854775807",
             ));
         }
@@ -94,32 +94,39 @@ impl ReceiptIn {
 pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
     if value == "." || value == ".." {
         return Err(ApiError::validation(
-            "invalid_receipt_id",
+            ProblemCode::InvalidReceiptId,
             "receipt_id must not be `.` or `..` (they cannot be addressed in a URL path)",
         ));
     }
-    ReceiptId::parse(value).map_err(|e| ApiError::bad_id("invalid_receipt_id", "receipt_id", e))
+    ReceiptId::parse(value)
+        .map_err(|e| ApiError::bad_id(ProblemCode::InvalidReceiptId, "receipt_id", e))
 }
 
-/// What a worker reports after trying to settle a receipt.
+/// What a worker reports after trying to settle a receipt, told apart by `kind`.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OutcomeIn {
-    /// The rail accepted the settlement.
+    /// The rail accepted the settlement: the receipt is settled.
+    #[schema(title = "AcceptedOutcome")]
     Accepted {
         /// The rail's transcript id: 1..=512 bytes, no control characters.
         transcript_id: String,
     },
-    /// No settlement is needed.
+    /// No settlement is needed: the receipt is skipped.
+    #[schema(title = "SkippedOutcome")]
     Skipped { reason: SettlementSkipReason },
-    /// It may succeed later (only `rpc` and `backend` are really retried).
+    /// It may succeed later: with code `rpc` or `backend` the receipt is
+    /// retried after a backoff (until the retry policy's `max_retries`);
+    /// with any other code it is dead-lettered.
+    #[schema(title = "RetryableOutcome")]
     Retryable {
         code: SettlementFailureCode,
         /// Free text; only its SHA-256 is stored.
         #[serde(default)]
         detail: String,
     },
-    /// It will never succeed.
+    /// It will never succeed: the receipt is dead-lettered.
+    #[schema(title = "PermanentOutcome")]
     Permanent {
         code: SettlementFailureCode,
         /// Free text; only its SHA-256 is stored.
@@ -133,8 +140,9 @@ impl OutcomeIn {
     pub fn parse(self) -> Result<SettlementRoutingInput, ApiError> {
         Ok(match self {
             Self::Accepted { transcript_id } => SettlementRoutingInput::Accepted {
-                transcript_id: TranscriptId::parse(&transcript_id)
-                    .map_err(|e| ApiError::bad_id("invalid_transcript_id", "transcript_id", e))?,
+                transcript_id: TranscriptId::parse(&transcript_id).map_err(|e| {
+                    ApiError::bad_id(ProblemCode::InvalidTranscriptId, "transcript_id", e)
+                })?,
             },
             Self::Skipped { reason } => SettlementRoutingInput::Skipped { reason },
             Self::Retryable { code, detail } => SettlementRoutingInput::Retryable {
@@ -153,7 +161,7 @@ pub fn parse_worker_id(value: &str) -> Result<WorkerId, ApiError> {
     let worker = WorkerId::parse(value)?;
     if value.chars().any(char::is_control) {
         return Err(ApiError::validation(
-            "invalid_worker_id",
+            ProblemCode::InvalidWorkerId,
             "worker_id must not contain control characters",
         ));
     }
@@ -168,14 +176,14 @@ pub fn parse_claim(
     parse_receipt_id(&claim.receipt_id)?;
     if path_id.is_some_and(|id| id != claim.receipt_id) {
         return Err(ApiError::validation(
-            "receipt_id_mismatch",
+            ProblemCode::ReceiptIdMismatch,
             "the path id and claim.receipt_id differ",
         ));
     }
     parse_worker_id(&claim.lease_owner)?;
     if claim.lease_token.is_empty() || claim.lease_token.len() > 256 {
         return Err(ApiError::validation(
-            "invalid_claim",
+            ProblemCode::InvalidClaim,
             "claim.lease_token must be 1..=256 bytes",
         ));
     }
@@ -184,7 +192,7 @@ pub fn parse_claim(
         .all(fits_i64)
     {
         return Err(ApiError::validation(
-            "invalid_claim",
+            ProblemCode::InvalidClaim,
             "claim integers must be at most 9223372036854775807",
         ));
     }
@@ -214,7 +222,7 @@ impl OutcomeRequest {
 pub fn check_batch_len(len: usize) -> Result<(), ApiError> {
     if len == 0 || len > MAX_BATCH_ITEMS {
         return Err(ApiError::validation(
-            "batch_size",
+            ProblemCode::BatchSize,
             "a batch holds 1..=1024 items",
         ));
     }
@@ -230,7 +238,7 @@ pub fn parse_item<T: serde::de::DeserializeOwned>(item: &RawValue) -> Result<T, 
             // Too deeply nested: the batch parses around it, the item does not.
             ApiError::malformed(e.to_string())
         } else {
-            ApiError::validation("invalid_body", e.to_string())
+            ApiError::validation(ProblemCode::InvalidBody, e.to_string())
         }
     })
 }
@@ -252,8 +260,11 @@ pub fn item_receipt_id(item: &RawValue, path: &[&str]) -> Option<String> {
 pub struct OutcomeResult {
     /// The item's `claim.receipt_id`, when it had one.
     pub receipt_id: Option<String>,
+    /// What the server did with the outcome, when it was recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<SettlementRoute>,
+    /// Why the item was refused (then nothing changed for it), e.g. 409
+    /// `lease_conflict` for a stale claim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
 }

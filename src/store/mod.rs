@@ -64,8 +64,9 @@ pub enum ReceiptClaim {
 /// Position after which a dead-letter page starts: `(finalized_at, receipt_id)`.
 pub type DeadLetterCursor = (u64, String);
 
-/// Which backend a store runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which database this server stores receipts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     Sqlite,
     Postgres,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{SettlementFailureCode, SettlementSkipReason};
+use crate::domain::{Observation, SettlementFailureCode, SettlementSkipReason};
 
 /// Where a receipt stands, as seen at one instant of the server clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, ToSchema)]
@@ -69,64 +69,115 @@ pub struct FailureView {
     pub detail_sha256: String,
 }
 
-/// A receipt that failed for good.
+/// A receipt that failed for good and waits for an operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct DeadLetter {
     pub receipt_id: String,
+    /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
-    /// Total invocations, the last one included.
+    /// Total invocations, the last (failed) one included.
     pub attempts: u32,
+    /// Why the last invocation failed.
     pub code: SettlementFailureCode,
+    /// SHA-256 (hex) of the worker's `detail` text; the text itself is not kept.
     pub detail_sha256: String,
+    /// When it was dead-lettered (server ms).
     pub dead_lettered_at_ms: u64,
 }
 
-/// One audit entry: a committed outcome, a release or a redrive.
+/// One entry of a receipt's history: an outcome a worker reported, a lease
+/// a worker gave back, or an operator's redrive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct HistoryEntry {
-    /// 1-based invocation number for outcomes; the attempts count for releases and redrives.
+    /// For an outcome: which invocation of the receipt it reports, counted
+    /// from 1 (the claim's `attempts` + 1). The first try is `attempt` 1; a
+    /// success after one retry is `attempt` 2 while the receipt says
+    /// `attempts: 1` (one failure). For `released` and `redrive`: the
+    /// receipt's `attempts` at that moment. A redrive starts the count again.
     pub attempt: u32,
-    /// `accepted`, `skipped`, `retryable`, `permanent`, `released` or `redrive`.
+    #[schema(value_type = HistoryOutcome)]
     pub outcome: String,
+    /// The failure code of a `retryable` or `permanent` outcome.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<SettlementFailureCode>,
+    /// SHA-256 (hex) of a failure's `detail` text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail_sha256: Option<String>,
+    /// The rail's transcript id of an `accepted` outcome.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript_id: Option<String>,
+    /// Why a `skipped` outcome needed no settlement.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<SettlementSkipReason>,
     /// The worker that reported it, or `operator`.
     pub worker_id: String,
+    /// When the server recorded it (server ms).
     pub observed_at_ms: u64,
-    /// `no_action`, `retry_scheduled` or `dead_lettered`; absent for releases and redrives.
+    /// What the server did with an outcome; absent for releases and redrives.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<RouteKind>)]
     pub route: Option<String>,
+}
+
+/// What a history entry records: the outcome a worker reported (`accepted`,
+/// `skipped`, `retryable`, `permanent`), a lease it gave back (`released`),
+/// or an operator's `redrive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryOutcome {
+    Accepted,
+    Skipped,
+    Retryable,
+    Permanent,
+    Released,
+    Redrive,
+}
+
+/// What the server did with an outcome: `no_action` (finished: settled or
+/// skipped), `retry_scheduled` (due again after a backoff) or
+/// `dead_lettered` (failed for good).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteKind {
+    NoAction,
+    RetryScheduled,
+    DeadLettered,
 }
 
 /// A receipt's full state. Never contains the lease token.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ReceiptView {
     pub receipt_id: String,
+    /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
     pub state: ReceiptState,
-    /// Failed attempts so far; once dead-lettered, the total number of invocations.
+    /// How many invocations have failed and been retried: 0 until the first
+    /// failure, unchanged by a success or a release. Once dead-lettered, the
+    /// total number of invocations, the last one included. A redrive sets it
+    /// back to 0. A claim carries this count; history entries number
+    /// invocations from 1 instead (see `HistoryEntry.attempt`).
     pub attempts: u32,
+    /// Bumped by every claim.
     pub row_version: u64,
-    /// When the receipt is next due; null once finished.
+    /// When the receipt is next due (server ms); null once finished.
     pub next_visible_at_ms: Option<u64>,
+    /// The live lease, while one holds the receipt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,
+    /// The last failure, once there was one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<FailureView>,
+    /// The rail's transcript id, once settled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript_id: Option<String>,
+    /// Why it needed no settlement, once skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_reason: Option<SettlementSkipReason>,
+    /// The dead letter, while dead-lettered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
-    /// The producer's observation, or null.
-    #[schema(value_type = Option<Object>)]
+    /// The producer's observation exactly as enqueued, or null.
+    #[schema(value_type = Option<Observation>)]
     pub observation: Option<serde_json::Value>,
     /// Oldest first.
     pub history: Vec<HistoryEntry>,
@@ -201,4 +252,91 @@ pub struct StatusView {
     pub oldest_due_age_ms: u64,
     /// Up to `limit` receipts of each state.
     pub samples: BTreeMap<ReceiptState, StateSample>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{SettlementRoute, SettlementRoutingInput, TranscriptId};
+
+    fn label<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// History rows hold these labels as text: the documented enums must name them all.
+    #[test]
+    fn history_labels_are_the_documented_enums() {
+        let outcome = SettlementRoutingInput::Accepted {
+            transcript_id: TranscriptId::parse("tx").unwrap(),
+        };
+        let failure = crate::domain::SettlementFailureReason::new(SettlementFailureCode::Rpc, "");
+        let outcomes = [
+            outcome.kind(),
+            SettlementRoutingInput::Skipped {
+                reason: SettlementSkipReason::Denied,
+            }
+            .kind(),
+            SettlementRoutingInput::Retryable {
+                reason: failure.clone(),
+            }
+            .kind(),
+            SettlementRoutingInput::Permanent { reason: failure }.kind(),
+        ];
+        let claim = crate::domain::SettlementAttemptClaim {
+            receipt_id: "r".into(),
+            finalized_at: 1,
+            attempts: 0,
+            row_version: 1,
+            lease_owner: "w".into(),
+            lease_token: "t".into(),
+            lease_until_ms: 1,
+            observation: None,
+        };
+        let letter = DeadLetter {
+            receipt_id: "r".into(),
+            finalized_at: 1,
+            attempts: 1,
+            code: SettlementFailureCode::Rpc,
+            detail_sha256: String::new(),
+            dead_lettered_at_ms: 1,
+        };
+        let others = [
+            super::super::rules::release_entry(&claim, 1).outcome,
+            super::super::rules::redrive_entry(&letter, 1).outcome,
+        ];
+        let documented = [
+            HistoryOutcome::Accepted,
+            HistoryOutcome::Skipped,
+            HistoryOutcome::Retryable,
+            HistoryOutcome::Permanent,
+            HistoryOutcome::Released,
+            HistoryOutcome::Redrive,
+        ]
+        .map(label);
+        assert_eq!(
+            outcomes.iter().chain(&others).copied().collect::<Vec<_>>(),
+            documented
+        );
+
+        let routes = [
+            SettlementRoute::NoAction,
+            SettlementRoute::RetryScheduled {
+                attempt: 1,
+                next_visible_at_ms: 1,
+            },
+            SettlementRoute::DeadLettered { attempts: 1 },
+        ]
+        .map(|r| r.kind());
+        let documented = [
+            RouteKind::NoAction,
+            RouteKind::RetryScheduled,
+            RouteKind::DeadLettered,
+        ]
+        .map(label);
+        assert_eq!(routes.to_vec(), documented);
+    }
 }

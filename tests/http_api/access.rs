@@ -193,3 +193,34 @@ async fn a_refused_caller_changes_nothing() {
     assert_eq!(view.status().as_u16(), 404);
     s.stop().await;
 }
+
+/// The scheme name is case-insensitive (RFC 9110): `bearer` and `BEARER` work
+/// like `Bearer`; another scheme, or a token alone, is still refused.
+#[tokio::test]
+async fn the_bearer_scheme_name_is_case_insensitive() {
+    let token = "reader-token-0123456789";
+    let entries = [format!("reader:{token}")];
+    let s = spawn_with_tokens(fresh_sqlite().await, Tokens::parse(&entries).unwrap()).await;
+    let status_with = |value: String| {
+        let request = s
+            .client
+            .get(format!("{}/v1/status", s.base))
+            .header("authorization", value);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        assert_eq!(
+            status_with(format!("{scheme} {token}")).await,
+            200,
+            "{scheme}"
+        );
+    }
+    for value in [
+        format!("Basic {token}"),
+        token.to_owned(),
+        format!("Bearer{token}"),
+    ] {
+        assert_eq!(status_with(value.clone()).await, 401, "{value}");
+    }
+    s.stop().await;
+}
