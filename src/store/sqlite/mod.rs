@@ -321,3 +321,5 @@ impl SettlementOutcomeStore for SqliteStore {
 
 #[cfg(test)]
 mod merge_tests;
+#[cfg(test)]
+mod migration_tests;

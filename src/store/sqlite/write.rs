@@ -113,40 +113,67 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     Ok(results)
 }
 
-/// Lease one due row that was just read.
+/// What a claim needs of a due row, as read just before leasing it.
+struct Due {
+    receipt_id: String,
+    row_version: i64,
+    lease_until_ms: Option<i64>,
+    finalized_at: i64,
+    attempts: i64,
+    observation: Option<String>,
+}
+
+/// Lease one due row that was just read, checking that it is unchanged.
+/// No `RETURNING`: the claim is made of what was read and what was set
+/// (SQLite collects `RETURNING` rows in a temporary table per statement).
 fn lease(
     conn: &Connection,
-    (receipt_id, row_version): (&str, i64),
+    due: Due,
     worker_id: &WorkerId,
     now: i64,
     until: i64,
 ) -> StoreResult<SettlementAttemptClaim> {
-    let version = rules::next_row_version(row_version)?;
+    let version = rules::next_row_version(due.row_version)?;
     let token = rules::new_lease_token()?;
-    let mut stmt = conn.prepare_cached(concat!(
-        "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
-         lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 AND status = 'active' \
-         AND next_visible_at_ms <= ?7 AND (lease_until_ms IS NULL OR lease_until_ms <= ?7) \
-         RETURNING ",
-        receipt_columns!()
-    ))?;
-    let mut updated = stmt.query_map(
-        rusqlite::params![
-            receipt_id,
-            row_version,
+    let changed = conn
+        .prepare_cached(
+            "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
+             lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 \
+             AND status = 'active' AND next_visible_at_ms <= ?7 \
+             AND (lease_until_ms IS NULL OR lease_until_ms <= ?7)",
+        )?
+        .execute(rusqlite::params![
+            due.receipt_id,
+            due.row_version,
             version,
             worker_id.as_str(),
             token,
             until,
             now
-        ],
-        receipt_row,
-    )?;
-    updated
-        .next()
-        .transpose()?
-        .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?
-        .claim()
+        ])?;
+    if changed != 1 {
+        return Err(SettlementRouteError::conflict(
+            "row changed while being claimed",
+        ));
+    }
+    ReceiptRow {
+        receipt_id: due.receipt_id,
+        finalized_at: due.finalized_at,
+        observation: due.observation,
+        status: "active".to_owned(),
+        attempts: due.attempts,
+        row_version: version,
+        next_visible_at_ms: None,
+        lease_owner: Some(worker_id.as_str().to_owned()),
+        lease_token: Some(token),
+        lease_until_ms: Some(until),
+        failure_code: None,
+        failure_sha256: None,
+        transcript_id: None,
+        skip_reason: None,
+        finished_at_ms: None,
+    }
+    .claim()
 }
 
 /// Claim one receipt by id; also says whether it took over an expired lease.
@@ -166,14 +193,17 @@ pub fn claim_receipt(
             (ReceiptClaim::NotYetVisible, false)
         }
         "active" => {
-            let claim = lease(
-                conn,
-                (&row.receipt_id, row.row_version),
-                worker_id,
-                now,
-                until,
-            )?;
-            (ReceiptClaim::Claimed(claim), row.lease_until_ms.is_some())
+            let took_over = row.lease_until_ms.is_some();
+            let due = Due {
+                receipt_id: row.receipt_id,
+                row_version: row.row_version,
+                lease_until_ms: row.lease_until_ms,
+                finalized_at: row.finalized_at,
+                attempts: row.attempts,
+                observation: row.observation,
+            };
+            let claim = lease(conn, due, worker_id, now, until)?;
+            (ReceiptClaim::Claimed(claim), took_over)
         }
         _ => (ReceiptClaim::NoActiveWork, false),
     })
@@ -182,15 +212,18 @@ pub fn claim_receipt(
 /// The due rows to claim, in claim order. `INDEXED BY`: the planner would
 /// otherwise sort every active row. `CAST` on the limit: a bare bound `LIMIT`
 /// makes SQLite prepare the statement again at every call.
-const PICK_DUE: &str = "SELECT receipt_id, row_version, lease_until_ms FROM receipts \
+const PICK_DUE: &str = "SELECT receipt_id, row_version, lease_until_ms, finalized_at, \
+     attempts, observation FROM receipts \
      INDEXED BY receipts_due WHERE status = 'active' AND next_visible_at_ms <= ?1 \
      AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
      ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
 
 /// Claim due rows in order, all or nothing; also counts expired leases taken
-/// over. Two statements whatever the batch size: pick the rows on the claim
-/// index, then lease them all with one `UPDATE … FROM jsonb_each`, each with
-/// its own token from the OS CSPRNG.
+/// over. The rows are picked on the claim index with what a claim needs,
+/// then leased one prepared `UPDATE` each (own token from the OS CSPRNG):
+/// on the writer's in-thread connection a statement is a function call, and
+/// `UPDATE … FROM jsonb_each … RETURNING` cost more than the rows it leased
+/// (JSON in and out, and temporary tables for the join and the `RETURNING`).
 pub fn claim_due(
     conn: &Connection,
     worker_id: &WorkerId,
@@ -198,65 +231,29 @@ pub fn claim_due(
     until: i64,
     limit: ClaimLimit,
 ) -> StoreResult<(Vec<SettlementAttemptClaim>, u64)> {
-    let picked: Vec<(String, i64, Option<i64>)> = {
+    let picked: Vec<Due> = {
         let mut stmt = conn.prepare_cached(PICK_DUE)?;
         stmt.query_map(
             rusqlite::params![now, i64::try_from(limit.get()).unwrap_or(i64::MAX)],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| {
+                Ok(Due {
+                    receipt_id: r.get(0)?,
+                    row_version: r.get(1)?,
+                    lease_until_ms: r.get(2)?,
+                    finalized_at: r.get(3)?,
+                    attempts: r.get(4)?,
+                    observation: r.get(5)?,
+                })
+            },
         )?
         .collect::<Result<_, _>>()?
     };
-    if picked.is_empty() {
-        return Ok((Vec::new(), 0));
+    let expired = picked.iter().filter(|d| d.lease_until_ms.is_some()).count() as u64;
+    let mut claims = Vec::with_capacity(picked.len());
+    for due in picked {
+        // A failure fails the job, rolling back every lease of the batch.
+        claims.push(lease(conn, due, worker_id, now, until)?);
     }
-    if let [(receipt_id, row_version, lease_until)] = picked.as_slice() {
-        // One row: the single-row lease, without `UPDATE … FROM`'s temporary tables.
-        let claim = lease(conn, (receipt_id, *row_version), worker_id, now, until)?;
-        return Ok((vec![claim], u64::from(lease_until.is_some())));
-    }
-    let mut leases = Vec::with_capacity(picked.len());
-    for (receipt_id, row_version, _) in &picked {
-        // Refuse an overflowing version before anything is written.
-        leases.push((
-            receipt_id,
-            rules::next_row_version(*row_version)?,
-            rules::new_lease_token()?,
-        ));
-    }
-    // `+status` keeps the planner on the primary key (one lookup per leased
-    // row) instead of scanning every active row for each.
-    let mut rows: Vec<ReceiptRow> = {
-        let mut stmt = conn.prepare_cached(concat!(
-            "UPDATE receipts SET row_version = c.version, lease_owner = ?1, lease_token = c.token, \
-             lease_until_ms = ?2 FROM (SELECT value ->> 0 AS id, value ->> 1 AS version, \
-             value ->> 2 AS token FROM jsonb_each(?3)) AS c \
-             WHERE receipts.receipt_id = c.id AND receipts.row_version + 1 = c.version \
-             AND +status = 'active' AND (lease_until_ms IS NULL OR lease_until_ms <= ?4) RETURNING ",
-            receipt_columns!()
-        ))?;
-        stmt.query_map(
-            rusqlite::params![worker_id.as_str(), until, json(&leases)?, now],
-            receipt_row,
-        )?
-        .collect::<Result<_, _>>()?
-    };
-    if rows.len() != picked.len() {
-        return Err(SettlementRouteError::conflict(
-            "rows changed while being claimed",
-        ));
-    }
-    rows.sort_by(|a, b| {
-        (a.next_visible_at_ms, &a.receipt_id).cmp(&(b.next_visible_at_ms, &b.receipt_id))
-    });
-    // A corrupt row fails the job, rolling back every lease of the batch.
-    let claims = rows
-        .iter()
-        .map(ReceiptRow::claim)
-        .collect::<StoreResult<Vec<_>>>()?;
-    let expired = picked
-        .iter()
-        .filter(|(_, _, lease)| lease.is_some())
-        .count() as u64;
     Ok((claims, expired))
 }
 
