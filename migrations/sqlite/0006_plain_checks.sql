@@ -12,7 +12,9 @@
 -- foreign keys off (outside any transaction, hence `no-transaction`), one
 -- transaction that copies each table, drops the old one, renames the copy
 -- and recreates its indexes and triggers, then foreign keys back on. A crash
--- part-way leaves the transaction rolled back and the migration unapplied.
+-- part-way leaves the transaction rolled back and the migration unapplied;
+-- a crash after its commit but before sqlx records it runs it again on the
+-- next start, which copies the tables once more and changes nothing else.
 -- The copy takes time in proportion to the rows stored.
 PRAGMA foreign_keys = OFF;
 BEGIN IMMEDIATE;
