@@ -113,27 +113,17 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     Ok(results)
 }
 
-/// What a claim needs of a due row, as read just before leasing it.
-struct Due {
-    receipt_id: String,
-    row_version: i64,
-    lease_until_ms: Option<i64>,
-    finalized_at: i64,
-    attempts: i64,
-    observation: Option<String>,
-}
-
 /// Lease one due row that was just read, checking that it is unchanged.
-/// No `RETURNING`: the claim is made of what was read and what was set
-/// (SQLite collects `RETURNING` rows in a temporary table per statement).
+/// No `RETURNING`: the claim is the row as read with what was set (SQLite
+/// collects `RETURNING` rows in a temporary table per statement).
 fn lease(
     conn: &Connection,
-    due: Due,
+    mut row: ReceiptRow,
     worker_id: &WorkerId,
     now: i64,
     until: i64,
 ) -> StoreResult<SettlementAttemptClaim> {
-    let version = rules::next_row_version(due.row_version)?;
+    let version = rules::next_row_version(row.row_version)?;
     let token = rules::new_lease_token()?;
     let changed = conn
         .prepare_cached(
@@ -143,8 +133,8 @@ fn lease(
              AND (lease_until_ms IS NULL OR lease_until_ms <= ?7)",
         )?
         .execute(rusqlite::params![
-            due.receipt_id,
-            due.row_version,
+            row.receipt_id,
+            row.row_version,
             version,
             worker_id.as_str(),
             token,
@@ -156,24 +146,11 @@ fn lease(
             "row changed while being claimed",
         ));
     }
-    ReceiptRow {
-        receipt_id: due.receipt_id,
-        finalized_at: due.finalized_at,
-        observation: due.observation,
-        status: "active".to_owned(),
-        attempts: due.attempts,
-        row_version: version,
-        next_visible_at_ms: None,
-        lease_owner: Some(worker_id.as_str().to_owned()),
-        lease_token: Some(token),
-        lease_until_ms: Some(until),
-        failure_code: None,
-        failure_sha256: None,
-        transcript_id: None,
-        skip_reason: None,
-        finished_at_ms: None,
-    }
-    .claim()
+    row.row_version = version;
+    row.lease_owner = Some(worker_id.as_str().to_owned());
+    row.lease_token = Some(token);
+    row.lease_until_ms = Some(until);
+    row.claim()
 }
 
 /// Claim one receipt by id; also says whether it took over an expired lease.
@@ -194,15 +171,7 @@ pub fn claim_receipt(
         }
         "active" => {
             let took_over = row.lease_until_ms.is_some();
-            let due = Due {
-                receipt_id: row.receipt_id,
-                row_version: row.row_version,
-                lease_until_ms: row.lease_until_ms,
-                finalized_at: row.finalized_at,
-                attempts: row.attempts,
-                observation: row.observation,
-            };
-            let claim = lease(conn, due, worker_id, now, until)?;
+            let claim = lease(conn, row, worker_id, now, until)?;
             (ReceiptClaim::Claimed(claim), took_over)
         }
         _ => (ReceiptClaim::NoActiveWork, false),
@@ -212,15 +181,16 @@ pub fn claim_receipt(
 /// The due rows to claim, in claim order. `INDEXED BY`: the planner would
 /// otherwise sort every active row. `CAST` on the limit: a bare bound `LIMIT`
 /// makes SQLite prepare the statement again at every call.
-const PICK_DUE: &str = "SELECT receipt_id, row_version, lease_until_ms, finalized_at, \
-     attempts, observation FROM receipts \
-     INDEXED BY receipts_due WHERE status = 'active' AND next_visible_at_ms <= ?1 \
-     AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
-     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
+const PICK_DUE: &str = concat!(
+    "SELECT ",
+    receipt_columns!(),
+    " FROM receipts INDEXED BY receipts_due WHERE status = 'active' \
+     AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
+     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)"
+);
 
 /// Claim due rows in order, all or nothing; also counts expired leases taken
-/// over. The rows are picked on the claim index with what a claim needs,
-/// then leased one prepared `UPDATE` each (own token from the OS CSPRNG):
+/// over. The rows are picked on the claim index, then leased one prepared `UPDATE` each (own token from the OS CSPRNG):
 /// on the writer's in-thread connection a statement is a function call, and
 /// `UPDATE … FROM jsonb_each … RETURNING` cost more than the rows it leased
 /// (JSON in and out, and temporary tables for the join and the `RETURNING`).
@@ -231,28 +201,19 @@ pub fn claim_due(
     until: i64,
     limit: ClaimLimit,
 ) -> StoreResult<(Vec<SettlementAttemptClaim>, u64)> {
-    let picked: Vec<Due> = {
+    let picked: Vec<ReceiptRow> = {
         let mut stmt = conn.prepare_cached(PICK_DUE)?;
         stmt.query_map(
             rusqlite::params![now, i64::try_from(limit.get()).unwrap_or(i64::MAX)],
-            |r| {
-                Ok(Due {
-                    receipt_id: r.get(0)?,
-                    row_version: r.get(1)?,
-                    lease_until_ms: r.get(2)?,
-                    finalized_at: r.get(3)?,
-                    attempts: r.get(4)?,
-                    observation: r.get(5)?,
-                })
-            },
+            receipt_row,
         )?
         .collect::<Result<_, _>>()?
     };
-    let expired = picked.iter().filter(|d| d.lease_until_ms.is_some()).count() as u64;
+    let expired = picked.iter().filter(|r| r.lease_until_ms.is_some()).count() as u64;
     let mut claims = Vec::with_capacity(picked.len());
-    for due in picked {
+    for row in picked {
         // A failure fails the job, rolling back every lease of the batch.
-        claims.push(lease(conn, due, worker_id, now, until)?);
+        claims.push(lease(conn, row, worker_id, now, until)?);
     }
     Ok((claims, expired))
 }
