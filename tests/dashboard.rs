@@ -17,7 +17,7 @@ mod clients;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -181,6 +181,22 @@ async fn seed(api: &Api) {
     );
 }
 
+/// Wait for `child` to exit; after `limit` kill it and answer `None`.
+fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a child process") {
+            return Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Run the browser test, echoing its output, and return whether it exited 0.
 fn run_node(base: &str) -> bool {
     let mut child = Command::new("node")
@@ -205,18 +221,7 @@ fn run_node(base: &str) -> bool {
         let _ = stderr.read_to_string(&mut text);
         text
     });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for node") {
-            break Some(status);
-        }
-        if started.elapsed() > NODE_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_or_kill(&mut child, NODE_TIMEOUT);
     println!("--- node tests/dashboard/dashboard.test.mjs: stdout ---");
     print!("{}", out.join().unwrap_or_default());
     println!("--- stderr ---");

@@ -8,7 +8,8 @@ use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
 use super::common::fresh_postgres_url;
-use super::{launch, settled};
+use super::launch;
+use super::start_errors::refused;
 
 /// A running binary, killed when the test ends (or fails).
 struct Running {
@@ -181,21 +182,11 @@ async fn tables_left_in_public_are_refused_then_moved_as_documented() {
     let (_, info) = get(format!("{}/v1/info", earlier.base)).await;
     drop(earlier);
 
-    let dir = tempfile::tempdir().unwrap();
-    let out = settled()
-        .current_dir(dir.path())
-        .args(["--listen", "127.0.0.1:0", "--database-url", &url])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    for needle in [
+    refused(&["--listen", "127.0.0.1:0", "--database-url", &url]).says(&[
         "holds settled's tables in schema public",
         "--pg-schema public",
         "docs/deployment.md",
-    ] {
-        assert!(stderr.contains(needle), "stderr lacks {needle:?}: {stderr}");
-    }
+    ]);
     let mut db = PgConnection::connect(&url).await.unwrap();
     let created: Vec<String> = names(
         &mut db,
@@ -228,21 +219,13 @@ async fn a_missing_database_is_named_with_how_to_create_it() {
     };
     let (server, _) = url.rsplit_once('/').unwrap();
     let missing = format!("{server}/settled_missing_db");
-    let dir = tempfile::tempdir().unwrap();
-    let out = settled()
-        .current_dir(dir.path())
-        .args(["--listen", "127.0.0.1:0", "--database-url", &missing])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    for needle in [
+    let answer = refused(&["--listen", "127.0.0.1:0", "--database-url", &missing]);
+    assert_eq!(answer.code, Some(1));
+    answer.says(&[
         "has no database \"settled_missing_db\"",
         "createdb",
         "CREATE DATABASE \"settled_missing_db\"",
-    ] {
-        assert!(stderr.contains(needle), "stderr lacks {needle:?}: {stderr}");
-    }
-    assert!(!stderr.contains(" at line "), "{stderr}");
-    assert!(!stderr.contains("settlement routing"), "{stderr}");
+    ]);
+    // `refused` also checks that no internal prefix ("settlement routing") is shown.
+    assert!(!answer.stderr.contains(" at line "), "{}", answer.stderr);
 }

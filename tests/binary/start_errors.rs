@@ -10,14 +10,14 @@ use super::{launch, settled};
 
 /// What a refused start printed, with its exit status; nothing may be
 /// created in the working directory.
-struct Refused {
-    stderr: String,
+pub(super) struct Refused {
+    pub(super) stderr: String,
     stdout: String,
-    code: Option<i32>,
+    pub(super) code: Option<i32>,
     took: Duration,
 }
 
-fn refused(args: &[&str]) -> Refused {
+pub(super) fn refused(args: &[&str]) -> Refused {
     let dir = tempfile::tempdir().unwrap();
     refused_in(dir.path(), args)
 }
@@ -54,7 +54,7 @@ fn refused_in(dir: &std::path::Path, args: &[&str]) -> Refused {
 }
 
 impl Refused {
-    fn says(&self, needles: &[&str]) -> &Self {
+    pub(super) fn says(&self, needles: &[&str]) -> &Self {
         for needle in needles {
             assert!(
                 self.stderr.contains(needle),

@@ -74,17 +74,7 @@ fn step(label: &str, command: &mut Command) {
         .stderr(err_file.try_clone().expect("clone"))
         .spawn()
         .unwrap_or_else(|e| panic!("{label}: cannot start: {e}"));
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break Some(status);
-        }
-        if started.elapsed() > STEP_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = super::wait_or_kill(&mut child, STEP_TIMEOUT);
     let read = |mut file: std::fs::File| {
         use std::io::{Read, Seek};
         let mut text = String::new();
