@@ -83,7 +83,8 @@ pub struct ServeArgs {
     /// Longest wait between retries, in ms (1..=86400000).
     #[arg(long, env = "SETTLED_BACKOFF_CAP_MS", default_value_t = RetryPolicy::default().backoff_cap_ms)]
     pub backoff_cap_ms: u64,
-    /// Bearer token as ROLE:TOKEN (roles: producer, worker, operator, reader); repeatable.
+    /// Bearer token as ROLE:TOKEN or ROLE:NAME:TOKEN (roles: producer, worker, operator, reader;
+    /// the name, 1..=64 of `A-Za-z0-9._-`, is recorded in history and the request log); repeatable.
     #[arg(
         long = "token",
         env = "SETTLED_TOKENS",

@@ -5,6 +5,8 @@ mod common;
 
 #[path = "http_api/access.rs"]
 mod access;
+#[path = "http_api/actions.rs"]
+mod actions;
 #[path = "http_api/browser.rs"]
 mod browser;
 #[path = "http_api/claims.rs"]

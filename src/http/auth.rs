@@ -78,22 +78,56 @@ impl Role {
     }
 }
 
-/// A `ROLE:TOKEN` that cannot be used.
+/// Who sent a request: the role of the token presented and the name it was
+/// configured with (`ROLE:NAME:TOKEN`), if any. Put in the request's and the
+/// response's extensions by [`require_token`], so that handlers can record
+/// the name in history and the request log can print it. Never the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub role: Role,
+    pub name: Option<Arc<str>>,
+}
+
+/// A `ROLE:TOKEN` or `ROLE:NAME:TOKEN` that cannot be used.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum TokenError {
     #[error(
-        "a token must be given as ROLE:TOKEN with ROLE one of producer, worker, reader, operator"
+        "a token must be given as ROLE:TOKEN or ROLE:NAME:TOKEN with ROLE one of producer, worker, reader, operator"
     )]
     Shape,
     #[error("unknown role `{0}`: use producer, worker, reader or operator")]
     Role(String),
     #[error("a token must be 16..=256 visible ASCII characters")]
     Weak,
+    #[error("the same token is configured with two roles or names")]
+    Repeated,
+}
+
+/// Whether `name` may name a token: 1..=64 ASCII letters, digits, `.`, `_`, `-`.
+fn is_token_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn is_strong(token: &str) -> bool {
+    (16..=256).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Split what follows `ROLE:` into an optional name and the token. The
+/// three-part form wins when both of its parts are valid; otherwise the whole
+/// rest is the token (the two-part form, whose token may hold a `:`).
+fn name_and_token(rest: &str) -> (Option<&str>, &str) {
+    match rest.split_once(':') {
+        Some((name, token)) if is_token_name(name) && is_strong(token) => (Some(name), token),
+        _ => (None, rest),
+    }
 }
 
 /// The configured tokens; empty means anonymous access.
 #[derive(Clone, Default)]
-pub struct Tokens(Arc<Vec<([u8; 32], Role)>>);
+pub struct Tokens(Arc<Vec<([u8; 32], Caller)>>);
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -106,11 +140,11 @@ fn digest(token: &str) -> [u8; 32] {
 }
 
 impl Tokens {
-    /// Parse `ROLE:TOKEN` entries.
+    /// Parse `ROLE:TOKEN` and `ROLE:NAME:TOKEN` entries.
     pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, TokenError> {
-        let mut tokens = Vec::new();
+        let mut tokens: Vec<([u8; 32], Caller)> = Vec::new();
         for entry in entries {
-            let (role, token) = entry
+            let (role, rest) = entry
                 .as_ref()
                 .trim()
                 .split_once(':')
@@ -119,11 +153,20 @@ impl Tokens {
                 .into_iter()
                 .find(|r| r.as_str() == role)
                 .ok_or_else(|| TokenError::Role(role.to_owned()))?;
-            if token.len() < 16 || token.len() > 256 || !token.bytes().all(|b| b.is_ascii_graphic())
-            {
+            let (name, token) = name_and_token(rest);
+            if !is_strong(token) {
                 return Err(TokenError::Weak);
             }
-            tokens.push((digest(token), role));
+            let digest = digest(token);
+            let caller = Caller {
+                role,
+                name: name.map(Arc::from),
+            };
+            // One token with two roles or names would make the caller ambiguous.
+            if tokens.iter().any(|(k, c)| *k == digest && *c != caller) {
+                return Err(TokenError::Repeated);
+            }
+            tokens.push((digest, caller));
         }
         Ok(Self(Arc::new(tokens)))
     }
@@ -134,17 +177,23 @@ impl Tokens {
         self.0.is_empty()
     }
 
-    /// The role of a presented token, checking every configured token in constant time.
+    /// Who presents this token, checking every configured token in constant time.
     #[must_use]
-    pub fn role_of(&self, presented: &str) -> Option<Role> {
+    pub fn caller_of(&self, presented: &str) -> Option<Caller> {
         let presented = digest(presented);
         let mut found = None;
-        for (known, role) in self.0.iter() {
+        for (known, caller) in self.0.iter() {
             if bool::from(known.ct_eq(&presented)) {
-                found = Some(*role);
+                found = Some(caller);
             }
         }
-        found
+        found.cloned()
+    }
+
+    /// The role of a presented token.
+    #[must_use]
+    pub fn role_of(&self, presented: &str) -> Option<Role> {
+        self.caller_of(presented).map(|c| c.role)
     }
 }
 
@@ -172,8 +221,13 @@ fn bearer_token(value: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Refuse `/v1` requests without a valid token (401) or with a role that may not (403).
-pub async fn require_token(State(tokens): State<Tokens>, request: Request, next: Next) -> Response {
+/// Refuse `/v1` requests without a valid token (401) or with a role that may
+/// not (403); let the others through with their [`Caller`] attached.
+pub async fn require_token(
+    State(tokens): State<Tokens>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let path = request.uri().path();
     if tokens.is_empty() || !(path == "/v1" || path.starts_with("/v1/")) {
         return next.run(request).await;
@@ -183,18 +237,23 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token);
-    let Some(role) = presented.and_then(|t| tokens.role_of(t)) else {
+    let Some(caller) = presented.and_then(|t| tokens.caller_of(t)) else {
         return unauthorized();
     };
-    if !role.may(request.method(), path) {
-        return ApiError::auth(
+    let mut response = if caller.role.may(request.method(), path) {
+        request.extensions_mut().insert(caller.clone());
+        next.run(request).await
+    } else {
+        ApiError::auth(
             StatusCode::FORBIDDEN,
             ProblemCode::Forbidden,
             "this token's role may not do that",
         )
-        .into_response();
-    }
-    next.run(request).await
+        .into_response()
+    };
+    // For the request log (observe), which runs outside this layer.
+    response.extensions_mut().insert(caller);
+    response
 }
 
 #[cfg(test)]
@@ -217,6 +276,33 @@ mod tests {
             TokenError::Weak
         );
         assert!(!format!("{t:?}").contains("0123"));
+    }
+
+    #[test]
+    fn tokens_may_carry_a_name() {
+        let t = Tokens::parse(&[
+            "operator:alice:0123456789abcdef",
+            "reader:0123:456789abcdef",
+        ])
+        .unwrap();
+        let alice = t.caller_of("0123456789abcdef").unwrap();
+        assert_eq!(
+            (alice.role, alice.name.as_deref()),
+            (Role::Operator, Some("alice"))
+        );
+        // Not both parts valid (the rest is too short to be a token): the
+        // whole rest is the token, as before names existed.
+        assert_eq!(t.role_of("0123:456789abcdef"), Some(Role::Reader));
+        assert_eq!(t.caller_of("0123:456789abcdef").unwrap().name, None);
+        assert_eq!(
+            Tokens::parse(&["worker:bob:short"]).err(),
+            Some(TokenError::Weak)
+        );
+        assert_eq!(
+            Tokens::parse(&["operator:a:0123456789abcdef", "reader:b:0123456789abcdef"]).err(),
+            Some(TokenError::Repeated)
+        );
+        assert!(!format!("{t:?}").contains("alice"));
     }
 
     #[test]

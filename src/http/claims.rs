@@ -181,6 +181,10 @@ async fn claim_one(
             ProblemCode::ReceiptLeased,
             "a live lease holds this receipt",
         )),
+        ReceiptClaim::Held => Err(ApiError::conflict(
+            ProblemCode::ReceiptHeld,
+            "an operator holds this receipt: it is not claimable until unheld",
+        )),
         ReceiptClaim::NotYetVisible => Err(ApiError::conflict(
             ProblemCode::ReceiptNotVisible,
             "this receipt is not due yet",

@@ -1,16 +1,17 @@
 //! Operators inspect dead letters and put them back to work.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiPath, ApiQuery};
 use super::wire;
-use crate::store::{DeadLetter, DeadLetterCursor, ReceiptView};
+use crate::store::{Acted, DeadLetter, DeadLetterCursor, OperatorAction, ReceiptView};
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 100;
@@ -142,16 +143,26 @@ pub struct RedriveIn {}
     ))]
 async fn redrive(
     State(app): State<AppState>,
+    caller: Option<Extension<Caller>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReceiptView>, ApiError> {
     let id = wire::parse_receipt_id(&id)?;
-    let view = app.store.redrive(&id, app.now()).await?;
-    view.map(Json).ok_or_else(|| {
-        ApiError::not_found(
+    let now = app.now();
+    let actor = caller.as_ref().and_then(|c| c.name.as_deref());
+    let action = OperatorAction::Redrive;
+    let ids = std::slice::from_ref(&id);
+    let result = app.store.act(&action, ids, actor, now, false).await?;
+    let result = result.into_iter().next().unwrap_or(Ok(Acted::Unchanged));
+    app.metrics.acted(action.name(), &result);
+    if result != Ok(Acted::Done) {
+        return Err(ApiError::not_found(
             ProblemCode::DeadLetterNotFound,
             "this receipt is not dead-lettered",
-        )
-    })
+        ));
+    }
+    let view = app.store.receipt(&id, now).await?;
+    view.map(Json)
+        .ok_or_else(|| ApiError::unavailable("redriven receipt not readable"))
 }
 
 #[cfg(test)]

@@ -68,6 +68,11 @@ pub enum ProblemCode {
     ReceiptNotFound,
     NoActiveWork,
     DeadLetterNotFound,
+    ReceiptHeld,
+    ReceiptNotActive,
+    ReceiptFinished,
+    CountMismatch,
+    InvalidReason,
     InvalidRecord,
     BackendUnavailable,
 }

@@ -16,7 +16,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::SettlementRoute;
-use crate::store::{ReceiptState, StatusView};
+use crate::store::{Acted, ActionResult, ReceiptState, StatusView};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -37,6 +37,12 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -49,6 +55,7 @@ pub struct Metrics {
     claims: Counter,
     outcomes: Family<OutcomeLabels, Counter>,
     conflicts: Counter,
+    actions: Family<ActionLabels, Counter>,
     expiries: Counter,
     expiries_seen: AtomicU64,
     receipts: Family<StateLabels, Gauge>,
@@ -91,6 +98,12 @@ impl Default for Metrics {
             "Writes refused as conflicts (stale, forged or late)",
             conflicts.clone(),
         );
+        let actions = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "operator_actions",
+            "Operators' actions on receipts, by action and result (done, unchanged, refused)",
+            actions.clone(),
+        );
         let expiries = Counter::default();
         registry.register(
             "lease_expiries",
@@ -127,6 +140,7 @@ impl Default for Metrics {
             claims,
             outcomes,
             conflicts,
+            actions,
             expiries,
             expiries_seen: AtomicU64::new(0),
             receipts,
@@ -170,6 +184,18 @@ impl Metrics {
     /// One refused write.
     pub fn conflict(&self) {
         self.conflicts.inc();
+    }
+
+    /// One operator's action on one receipt (not counted in a dry run).
+    pub fn acted(&self, action: &'static str, result: &ActionResult) {
+        let result = match result {
+            Ok(Acted::Done) => "done",
+            Ok(Acted::Unchanged) => "unchanged",
+            Err(_) => "refused",
+        };
+        self.actions
+            .get_or_create(&ActionLabels { action, result })
+            .inc();
     }
 
     /// Refresh the gauges from a status snapshot and render everything.

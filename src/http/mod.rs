@@ -1,5 +1,6 @@
 //! The HTTP API: routes composed in one place, each module owning its own.
 
+mod actions;
 pub mod auth;
 mod claims;
 mod dashboard;
@@ -148,6 +149,7 @@ impl AppState {
         (name = "claims", description = "Lease due work"),
         (name = "outcomes", description = "Report outcomes; extend or release leases"),
         (name = "dead letters", description = "Inspect and redrive failed receipts"),
+        (name = "operator actions", description = "Hold, unhold and cancel receipts; act on many at once"),
         (name = "operations", description = "Status, facts, health")
     )
 )]
@@ -159,6 +161,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(claims::routes())
         .merge(outcomes::routes())
         .merge(dead_letters::routes())
+        .merge(actions::routes())
         .merge(ops::routes())
 }
 

@@ -15,6 +15,7 @@ use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use super::auth::Caller;
 use super::error::Internal;
 use super::metrics::SharedMetrics;
 
@@ -70,6 +71,19 @@ fn route_label(path: &str) -> &'static str {
     routes.at(path).map_or(UNMATCHED, |m| m.value.as_str())
 }
 
+/// Who sent the request, for the log: `ROLE:NAME` for a named token, `ROLE`
+/// for an unnamed one, `-` without a token. Never the token itself.
+fn actor(caller: Option<Caller>) -> String {
+    match caller {
+        None => "-".to_owned(),
+        Some(Caller { role, name: None }) => role.as_str().to_owned(),
+        Some(Caller {
+            role,
+            name: Some(name),
+        }) => format!("{}:{name}", role.as_str()),
+    }
+}
+
 /// Wrap every request.
 pub async fn observe(
     State(metrics): State<SharedMetrics>,
@@ -91,13 +105,16 @@ pub async fn observe(
     }
     metrics.request(method, route, status, seconds);
     let latency_ms = seconds * 1000.0;
+    let caller = actor(response.extensions_mut().remove::<Caller>());
     match response.extensions_mut().remove::<Internal>() {
-        None => tracing::info!(request_id = %id, method, route, status, latency_ms, "request"),
+        None => {
+            tracing::info!(request_id = %id, method, route, status, latency_ms, caller, "request");
+        }
         Some(Internal::Backend(error)) => tracing::error!(
-            request_id = %id, method, route, status, latency_ms, error, "backend failure"
+            request_id = %id, method, route, status, latency_ms, caller, error, "backend failure"
         ),
         Some(Internal::InvalidRecord(error)) => tracing::error!(
-            request_id = %id, method, route, status, latency_ms, error, "invalid record"
+            request_id = %id, method, route, status, latency_ms, caller, error, "invalid record"
         ),
     }
     response

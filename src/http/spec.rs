@@ -323,7 +323,10 @@ fn request_example(operation_id: &str) -> Option<Value> {
             json!({"claim": claim_example("r-1", 1250), "extend_ms": 30_000})
         }
         "v1.receipts.lease.release" => json!({"claim": claim_example("r-1", 1250)}),
-        "v1.dead_letters.redrive" => json!({}),
+        "v1.dead_letters.redrive" | "v1.receipts.unhold" => json!({}),
+        "v1.receipts.hold" => json!({"reason": "merchant dispute #81"}),
+        "v1.receipts.cancel" => json!({"reason": "duplicate of r-7"}),
+        "v1.bulk.act" => json!({"receipt_ids": ["r-1", "r-2"], "dry_run": true, "expect_count": 2}),
         _ => return None,
     })
 }
@@ -331,6 +334,7 @@ fn request_example(operation_id: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::actions::{BulkIn, ReasonIn};
     use crate::http::claims::{ClaimOneIn, ClaimsIn};
     use crate::http::outcomes::{LeaseExtendIn, LeaseReleaseIn, OutcomeBatchIn};
     use crate::http::receipts::ReceiptBatchIn;
@@ -364,6 +368,9 @@ mod tests {
         wire::parse_claim(extend.claim, Some("r-1")).unwrap();
         let release = parse::<LeaseReleaseIn>("v1.receipts.lease.release");
         wire::parse_claim(release.claim, Some("r-1")).unwrap();
+        parse::<ReasonIn>("v1.receipts.hold");
+        parse::<ReasonIn>("v1.receipts.cancel");
+        parse::<BulkIn>("v1.bulk.act");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The store: one trait, one implementation per backend.
 
+pub mod actions;
 mod connect;
 mod error;
 mod explain;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
+pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
 pub use connect::open_store;
 pub use views::*;
 
@@ -57,6 +59,8 @@ pub enum ReceiptClaim {
     Leased,
     /// It is not visible yet (`next_visible_at_ms` in the future).
     NotYetVisible,
+    /// An operator holds it.
+    Held,
     /// Unknown, or finished (settled, skipped, dead-lettered).
     NoActiveWork,
 }
@@ -163,12 +167,18 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// One dead letter.
     async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>>;
 
-    /// Put a dead letter back to work with attempts 0; `None` when it is not dead-lettered.
-    async fn redrive(
+    /// Do an operator's action to each receipt, each judged on its own (see
+    /// [`actions::judge`]), with a history entry naming `actor` for each one
+    /// changed, in one durable transaction. A dry run judges and changes
+    /// nothing.
+    async fn act(
         &self,
-        receipt_id: &ReceiptId,
+        action: &OperatorAction,
+        receipt_ids: &[ReceiptId],
+        actor: Option<&str>,
         now_ms: u64,
-    ) -> StoreResult<Option<ReceiptView>>;
+        dry_run: bool,
+    ) -> StoreResult<Vec<ActionResult>>;
 
     /// Counts per state, the oldest due age, and up to `limit` receipts per state.
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView>;
@@ -199,6 +209,23 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         results
             .pop()
             .unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+    }
+
+    /// Put a dead letter back to work with attempts 0; `None` when it is not
+    /// dead-lettered.
+    pub async fn redrive(
+        &self,
+        receipt_id: &ReceiptId,
+        now_ms: u64,
+    ) -> StoreResult<Option<ReceiptView>> {
+        let ids = std::slice::from_ref(receipt_id);
+        let done = self
+            .act(&OperatorAction::Redrive, ids, None, now_ms, false)
+            .await?;
+        if done.first() != Some(&Ok(Acted::Done)) {
+            return Ok(None);
+        }
+        self.receipt(receipt_id, now_ms).await
     }
 
     /// Enqueue one receipt.

@@ -28,6 +28,10 @@ pub struct ReceiptRow {
     pub transcript_id: Option<String>,
     pub skip_reason: Option<String>,
     pub finished_at_ms: Option<i64>,
+    /// Set while an operator holds the receipt (docs/operators.md); means
+    /// nothing once the receipt is no longer active.
+    pub held_at_ms: Option<i64>,
+    pub cancel_reason: Option<String>,
 }
 
 /// The column list matching [`ReceiptRow`], for `SELECT` and `RETURNING`.
@@ -37,7 +41,17 @@ macro_rules! receipt_columns {
     () => {
         "receipt_id, finalized_at, observation, status, attempts, row_version, \
          next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, \
-         failure_sha256, transcript_id, skip_reason, finished_at_ms"
+         failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, cancel_reason"
+    };
+}
+
+/// The column list matching [`HistoryRow`].
+#[macro_export]
+#[doc(hidden)]
+macro_rules! history_columns {
+    () => {
+        "attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
+         observed_at_ms, route, actor, note"
     };
 }
 
@@ -53,6 +67,8 @@ pub struct HistoryRow {
     pub worker_id: String,
     pub observed_at_ms: i64,
     pub route: Option<String>,
+    pub actor: Option<String>,
+    pub note: Option<String>,
 }
 
 fn corrupt(what: &str) -> SettlementRouteError {
@@ -105,6 +121,7 @@ impl ReceiptRow {
             "settled" => ReceiptState::Settled,
             "skipped" => ReceiptState::Skipped,
             "dead_lettered" => ReceiptState::DeadLettered,
+            "canceled" => ReceiptState::Canceled,
             _ => return Err(corrupt("status")),
         })
     }
@@ -182,6 +199,12 @@ impl ReceiptRow {
             transcript_id: self.transcript_id.clone(),
             skip_reason: self.skip_reason.as_deref().map(reason).transpose()?,
             dead_letter: self.dead_letter()?,
+            held_at_ms: self
+                .held_at_ms
+                .filter(|_| self.status == "active")
+                .map(|v| to_u64(v, "held_at_ms"))
+                .transpose()?,
+            cancel_reason: self.cancel_reason.clone(),
             observation: observation(self.observation.as_deref())?,
             history: history
                 .into_iter()
@@ -204,6 +227,8 @@ impl HistoryRow {
             worker_id: self.worker_id,
             observed_at_ms: to_u64(self.observed_at_ms, "history observed_at_ms")?,
             route: self.route,
+            actor: self.actor,
+            note: self.note,
         })
     }
 }

@@ -5,8 +5,8 @@
 
 use super::rows::{ReceiptRow, to_i64, to_u32, to_u64};
 use super::{
-    DeadLetter, Enqueued, NewReceipt, ReceiptState, ReceiptSummary, StateCounts, StateSample,
-    StatusView, StoreResult,
+    Enqueued, NewReceipt, ReceiptState, ReceiptSummary, StateCounts, StateSample, StatusView,
+    StoreResult,
 };
 use crate::domain::{
     FailureClass, RetryPolicy, SettlementAttemptClaim, SettlementFailureReason, SettlementRoute,
@@ -74,6 +74,10 @@ pub struct NewHistory {
     pub worker_id: String,
     pub observed_at_ms: i64,
     pub route: Option<&'static str>,
+    /// Operators' entries only (see `actions`): the batched inserts of
+    /// workers' entries do not write these columns.
+    pub actor: Option<String>,
+    pub note: Option<String>,
 }
 
 /// What recording one outcome will do if the guard matches.
@@ -174,6 +178,8 @@ pub fn plan_outcome(
         worker_id: claim.lease_owner.clone(),
         observed_at_ms: observed,
         route: Some(route.kind()),
+        actor: None,
+        note: None,
     };
     Ok(Plan {
         change,
@@ -363,21 +369,8 @@ pub fn release_entry(claim: &SettlementAttemptClaim, now: i64) -> NewHistory {
         worker_id: claim.lease_owner.clone(),
         observed_at_ms: now,
         route: None,
-    }
-}
-
-/// The history entry of an operator's redrive.
-pub fn redrive_entry(letter: &DeadLetter, now: i64) -> NewHistory {
-    NewHistory {
-        attempt: i64::from(letter.attempts),
-        outcome: "redrive",
-        code: None,
-        detail_sha256: None,
-        transcript_id: None,
-        reason: None,
-        worker_id: "operator".to_owned(),
-        observed_at_ms: now,
-        route: None,
+        actor: None,
+        note: None,
     }
 }
 
@@ -385,15 +378,15 @@ pub fn redrive_entry(letter: &DeadLetter, now: i64) -> NewHistory {
 pub type SampleRow = (String, i64, i64);
 
 /// The committed buckets kept by the counting triggers: `(fresh, retried,
-/// settled, skipped, dead_lettered)`, where fresh and retried are the
-/// active rows with no attempt yet and with some.
-pub type Buckets = (i64, i64, i64, i64, i64);
+/// settled, skipped, dead_lettered, canceled)`, where fresh and retried are
+/// the active rows with no attempt yet and with some.
+pub type Buckets = (i64, i64, i64, i64, i64, i64);
 
 /// Per-state counts from the buckets and the leases live at the moment
 /// asked, `(all, those on fresh rows)`: a leased row stays in its bucket, so
 /// pending and retry_scheduled are their bucket less its live leases.
 pub fn state_counts(buckets: Buckets, live: (i64, i64)) -> StoreResult<Vec<(String, i64)>> {
-    let (fresh, retried, settled, skipped, dead_lettered) = buckets;
+    let (fresh, retried, settled, skipped, dead_lettered, canceled) = buckets;
     let (live_all, live_fresh) = live;
     let counts = [
         ("pending", fresh - live_fresh),
@@ -402,6 +395,7 @@ pub fn state_counts(buckets: Buckets, live: (i64, i64)) -> StoreResult<Vec<(Stri
         ("settled", settled),
         ("skipped", skipped),
         ("dead_lettered", dead_lettered),
+        ("canceled", canceled),
     ];
     // A negative count means the counters disagree with the rows.
     if counts.iter().any(|(_, n)| *n < 0) {

@@ -24,17 +24,20 @@ pub enum ReceiptState {
     Skipped,
     /// Failed for good; waiting for an operator.
     DeadLettered,
+    /// Finished by an operator, never to be settled (`cancel_reason` says why).
+    Canceled,
 }
 
 impl ReceiptState {
     /// Every state, in the order dashboards list them.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Pending,
         Self::Leased,
         Self::RetryScheduled,
         Self::Settled,
         Self::Skipped,
         Self::DeadLettered,
+        Self::Canceled,
     ];
 
     /// The snake_case label.
@@ -47,6 +50,7 @@ impl ReceiptState {
             Self::Settled => "settled",
             Self::Skipped => "skipped",
             Self::DeadLettered => "dead_lettered",
+            Self::Canceled => "canceled",
         }
     }
 }
@@ -117,11 +121,18 @@ pub struct HistoryEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<RouteKind>)]
     pub route: Option<String>,
+    /// The name of the operator's token, for an operator's action taken
+    /// with a named token (`--token operator:NAME:TOKEN`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// The reason an operator gave for a `hold` or a `cancel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What a history entry records: the outcome a worker reported (`accepted`,
 /// `skipped`, `retryable`, `permanent`), a lease it gave back (`released`),
-/// or an operator's `redrive`.
+/// or an operator's action (`redrive`, `hold`, `unhold`, `cancel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HistoryOutcome {
@@ -131,6 +142,9 @@ pub enum HistoryOutcome {
     Permanent,
     Released,
     Redrive,
+    Hold,
+    Unhold,
+    Cancel,
 }
 
 /// What the server did with an outcome: `no_action` (finished: settled or
@@ -176,6 +190,13 @@ pub struct ReceiptView {
     /// The dead letter, while dead-lettered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
+    /// Since when an operator holds the receipt (server ms): no claim takes
+    /// it until it is unheld. A live lease on it may still report its outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_at_ms: Option<u64>,
+    /// Why an operator canceled it, once canceled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
     /// The producer's observation exactly as enqueued, or null.
     #[schema(value_type = Option<Observation>)]
     pub observation: Option<serde_json::Value>,
@@ -214,6 +235,7 @@ pub struct StateCounts {
     pub settled: u64,
     pub skipped: u64,
     pub dead_lettered: u64,
+    pub canceled: u64,
 }
 
 impl StateCounts {
@@ -226,6 +248,7 @@ impl StateCounts {
             ReceiptState::Settled => &mut self.settled,
             ReceiptState::Skipped => &mut self.skipped,
             ReceiptState::DeadLettered => &mut self.dead_lettered,
+            ReceiptState::Canceled => &mut self.canceled,
         };
         *slot += n;
     }
@@ -240,6 +263,7 @@ impl StateCounts {
             ReceiptState::Settled => self.settled,
             ReceiptState::Skipped => self.skipped,
             ReceiptState::DeadLettered => self.dead_lettered,
+            ReceiptState::Canceled => self.canceled,
         }
     }
 }
@@ -296,18 +320,17 @@ mod tests {
             lease_until_ms: 1,
             observation: None,
         };
-        let letter = DeadLetter {
-            receipt_id: "r".into(),
-            finalized_at: 1,
-            attempts: 1,
-            code: SettlementFailureCode::Rpc,
-            detail_sha256: String::new(),
-            dead_lettered_at_ms: 1,
-        };
-        let others = [
-            super::super::rules::release_entry(&claim, 1).outcome,
-            super::super::rules::redrive_entry(&letter, 1).outcome,
-        ];
+        use super::super::actions::OperatorAction;
+        let operator = [
+            OperatorAction::Redrive,
+            OperatorAction::Hold { reason: None },
+            OperatorAction::Unhold,
+            OperatorAction::Cancel { reason: "r".into() },
+        ]
+        .map(|a| a.name());
+        let others = [super::super::rules::release_entry(&claim, 1).outcome]
+            .into_iter()
+            .chain(operator);
         let documented = [
             HistoryOutcome::Accepted,
             HistoryOutcome::Skipped,
@@ -315,10 +338,13 @@ mod tests {
             HistoryOutcome::Permanent,
             HistoryOutcome::Released,
             HistoryOutcome::Redrive,
+            HistoryOutcome::Hold,
+            HistoryOutcome::Unhold,
+            HistoryOutcome::Cancel,
         ]
         .map(label);
         assert_eq!(
-            outcomes.iter().chain(&others).copied().collect::<Vec<_>>(),
+            outcomes.into_iter().chain(others).collect::<Vec<_>>(),
             documented
         );
 

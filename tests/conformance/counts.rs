@@ -4,7 +4,7 @@
 //! status must match exactly (counts, samples and the oldest due age).
 
 use settled::domain::{RetryPolicy, SettlementFailureCode, SettlementSkipReason};
-use settled::store::{ReceiptState, StatusView};
+use settled::store::{OperatorAction, ReceiptState, StatusView};
 
 use super::support::*;
 use crate::common::{Fresh, raw_exec, raw_scalars};
@@ -68,7 +68,8 @@ async fn assert_exact(fresh: &Fresh, now: u64, step: &str) -> StatusView {
         fresh,
         &format!(
             "SELECT MIN(next_visible_at_ms) FROM receipts WHERE status = 'active' \
-             AND next_visible_at_ms <= {now} AND (lease_until_ms IS NULL OR lease_until_ms <= {now})"
+             AND held_at_ms IS NULL AND next_visible_at_ms <= {now} \
+             AND (lease_until_ms IS NULL OR lease_until_ms <= {now})"
         ),
     )
     .await;
@@ -165,6 +166,22 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     assert!(letter.unwrap().is_some());
     assert_exact(&fresh, T0 + 2_000, "redrive").await;
 
+    // Operators' actions: a hold keeps the count where it was and leaves the
+    // oldest due; a cancel moves receipts to their own bucket.
+    let ids: Vec<_> = ["r07", "r08", "r09", "later"].map(rid).to_vec();
+    let hold = OperatorAction::Hold { reason: None };
+    s.act(&hold, &ids[..2], None, T0 + 2_000, false)
+        .await
+        .unwrap();
+    assert_exact(&fresh, T0 + 2_000, "hold").await;
+    let cancel = OperatorAction::Cancel {
+        reason: "stop".into(),
+    };
+    let canceled = s.act(&cancel, &ids, None, T0 + 2_000, false).await.unwrap();
+    assert!(canceled.iter().all(Result::is_ok), "{canceled:?}");
+    let after = assert_exact(&fresh, T0 + 2_000, "cancel").await;
+    assert!(after.counts.canceled >= 3, "{:?}", after.counts);
+
     let purged = s.purge_finished(T0 + 10, 1).await.unwrap();
     assert_eq!(purged, 1);
     assert_exact(&fresh, T0 + 2_000, "one purge").await;
@@ -226,12 +243,14 @@ async fn counts_of_rows_stored_before_the_counters_are_back_filled(fresh: Fresh)
         (
             include_str!("../../bench/status-load.sqlite.sql").replace("@n", "3000"),
             "DELETE FROM receipt_counts; \
-             INSERT INTO receipt_counts (id, fresh, retried, settled, skipped, dead_lettered) \
+             INSERT INTO receipt_counts (id, fresh, retried, settled, skipped, dead_lettered, \
+             canceled) \
              SELECT 1, COUNT(*) FILTER (WHERE status = 'active' AND attempts = 0), \
              COUNT(*) FILTER (WHERE status = 'active' AND attempts > 0), \
              COUNT(*) FILTER (WHERE status = 'settled'), \
              COUNT(*) FILTER (WHERE status = 'skipped'), \
-             COUNT(*) FILTER (WHERE status = 'dead_lettered') FROM receipts",
+             COUNT(*) FILTER (WHERE status = 'dead_lettered'), \
+             COUNT(*) FILTER (WHERE status = 'canceled') FROM receipts",
         )
     } else {
         (

@@ -39,6 +39,8 @@ async fn accepted_settles_with_its_transcript(fresh: Fresh) {
         worker_id: "w1".into(),
         observed_at_ms: T0 + 5,
         route: Some("no_action".into()),
+        actor: None,
+        note: None,
     };
     assert_eq!(v.history, [entry]);
     assert!(

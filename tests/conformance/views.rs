@@ -311,7 +311,7 @@ async fn status_counts_samples_and_oldest_due_age(fresh: Fresh) {
         status.samples[&ReceiptState::Leased].receipts[0].receipt_id,
         "l"
     );
-    assert_eq!(status.samples.len(), 6);
+    assert_eq!(status.samples.len(), ReceiptState::ALL.len());
     // Later, the lease has expired and the retry is due: the oldest due is "l".
     let later = s.status(T0 + 10_000, 10).await.unwrap();
     let c = later.counts;

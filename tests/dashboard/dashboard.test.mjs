@@ -14,8 +14,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { chromium } from "playwright-core";
 
-// Every count card: the six states, and `scheduled` (pending receipts not due yet).
-const STATES = ["pending", "scheduled", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered"];
+// Every count card: the seven states, and `scheduled` (pending receipts not due yet).
+const STATES = ["pending", "scheduled", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered", "canceled"];
 const BASE = (process.env.BASE || "").replace(/\/+$/, "");
 const TOKEN = process.env.TOKEN || "";
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";

@@ -134,7 +134,14 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn dead_letter(&self, _: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
         down()
     }
-    async fn redrive(&self, _: &ReceiptId, _: u64) -> StoreResult<Option<ReceiptView>> {
+    async fn act(
+        &self,
+        _: &OperatorAction,
+        _: &[ReceiptId],
+        _: Option<&str>,
+        _: u64,
+        _: bool,
+    ) -> StoreResult<Vec<ActionResult>> {
         down()
     }
     async fn status(&self, _: u64, _: usize) -> StoreResult<StatusView> {

@@ -90,8 +90,15 @@ impl SettlementOutcomeStore for Counting {
     async fn dead_letter(&self, id: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
         self.inner.dead_letter(id).await
     }
-    async fn redrive(&self, id: &ReceiptId, now: u64) -> StoreResult<Option<ReceiptView>> {
-        self.inner.redrive(id, now).await
+    async fn act(
+        &self,
+        action: &OperatorAction,
+        ids: &[ReceiptId],
+        actor: Option<&str>,
+        now: u64,
+        dry_run: bool,
+    ) -> StoreResult<Vec<ActionResult>> {
+        self.inner.act(action, ids, actor, now, dry_run).await
     }
     async fn status(&self, now: u64, limit: usize) -> StoreResult<StatusView> {
         self.inner.status(now, limit).await

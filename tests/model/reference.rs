@@ -58,6 +58,8 @@ pub fn entry(attempt: u32, outcome: &str, worker: &str, at: u64) -> HistoryEntry
         worker_id: worker.into(),
         observed_at_ms: at,
         route: None,
+        actor: None,
+        note: None,
     }
 }
 
@@ -122,6 +124,8 @@ impl Row {
             attempts: self.attempts,
             row_version: self.row_version,
             next_visible_at_ms: self.next_visible,
+            held_at_ms: None,
+            cancel_reason: None,
             lease: self
                 .lease
                 .as_ref()

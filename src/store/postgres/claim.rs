@@ -11,7 +11,7 @@ use super::*;
 /// before commit.
 const CLAIM_DUE: &str = concat!(
     "WITH locked AS (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms FROM receipts \
-       WHERE status = 'active' AND next_visible_at_ms <= $1 \
+       WHERE status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
        AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
        ORDER BY next_visible_at_ms, receipt_id LIMIT $2 FOR UPDATE SKIP LOCKED), \
      picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, lease_until_ms AS prior_until, \
@@ -27,12 +27,13 @@ const CLAIM_DUE: &str = concat!(
 
 /// Whether anything is due at `$1`.
 const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE status = 'active' \
-     AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1))";
+     AND held_at_ms IS NULL AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1))";
 
 /// Lease one row read (and locked) in the same transaction.
 const LEASE: &str = concat!(
     "UPDATE receipts SET row_version = $3, lease_owner = $4, lease_token = $5, lease_until_ms = $6 \
-     WHERE receipt_id = $1 AND row_version = $2 AND status = 'active' AND next_visible_at_ms <= $7 \
+     WHERE receipt_id = $1 AND row_version = $2 AND status = 'active' AND held_at_ms IS NULL \
+     AND next_visible_at_ms <= $7 \
      AND (lease_until_ms IS NULL OR lease_until_ms <= $7) RETURNING ",
     pg_receipt_columns!()
 );
@@ -72,6 +73,7 @@ async fn claim_one(
     };
     Ok(match row.status.as_str() {
         "active" if row.lease_live(now) => ReceiptClaim::Leased,
+        "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
         "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
         "active" => {
             let version = rules::next_row_version(row.row_version)?;

@@ -9,7 +9,8 @@ macro_rules! pg_receipt_columns {
     () => {
         "receipt_id, finalized_at, observation::text AS observation, status, attempts, \
          row_version, next_visible_at_ms, lease_owner, lease_token, lease_until_ms, \
-         failure_code, failure_sha256, transcript_id, skip_reason, finished_at_ms"
+         failure_code, failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, \
+         cancel_reason"
     };
 }
 
@@ -273,10 +274,11 @@ async fn row_for_update(
 }
 
 async fn history(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
-    Ok(sqlx::query_as(
-        "SELECT attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
-         observed_at_ms, route FROM receipt_history WHERE receipt_id = $1 ORDER BY id",
-    )
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        crate::history_columns!(),
+        " FROM receipt_history WHERE receipt_id = $1 ORDER BY id"
+    ))
     .bind(receipt_id)
     .fetch_all(conn)
     .await?)
@@ -398,12 +400,16 @@ impl SettlementOutcomeStore for PostgresStore {
         found.map_or(Ok(None), |r| r.dead_letter())
     }
 
-    async fn redrive(
+    async fn act(
         &self,
-        receipt_id: &ReceiptId,
+        action: &OperatorAction,
+        receipt_ids: &[ReceiptId],
+        actor: Option<&str>,
         now_ms: u64,
-    ) -> StoreResult<Option<ReceiptView>> {
-        self.bounded(self.redrive_receipt(receipt_id, now_ms)).await
+        dry_run: bool,
+    ) -> StoreResult<Vec<ActionResult>> {
+        self.bounded(self.act_on(action, receipt_ids, actor, now_ms, dry_run))
+            .await
     }
 
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {

@@ -59,10 +59,11 @@ impl PostgresStore {
         let now = to_i64(now_ms, "now_ms")?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.begin_read().await?;
-        let sums: (i64, i64, i64, i64, i64) = sqlx::query_as(
+        let sums: rules::Buckets = sqlx::query_as(
             "SELECT COALESCE(SUM(fresh), 0)::int8, COALESCE(SUM(retried), 0)::int8, \
              COALESCE(SUM(settled), 0)::int8, COALESCE(SUM(skipped), 0)::int8, \
-             COALESCE(SUM(dead_lettered), 0)::int8 FROM receipt_counts",
+             COALESCE(SUM(dead_lettered), 0)::int8, COALESCE(SUM(canceled), 0)::int8 \
+             FROM receipt_counts",
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -86,10 +87,11 @@ impl PostgresStore {
         let oldest: Option<i64> = sqlx::query_scalar(
             "SELECT LEAST( \
                (SELECT MIN(next_visible_at_ms) FROM receipts \
-                 WHERE status = 'active' AND lease_token IS NULL AND next_visible_at_ms <= $1), \
+                 WHERE status = 'active' AND lease_token IS NULL AND held_at_ms IS NULL \
+                 AND next_visible_at_ms <= $1), \
                (SELECT MIN(next_visible_at_ms) FROM receipts \
                  WHERE lease_until_ms <= $1 \
-                 AND next_visible_at_ms <= $1))",
+                 AND next_visible_at_ms <= $1 AND held_at_ms IS NULL))",
         )
         .bind(now)
         .fetch_one(&mut *tx)
@@ -114,7 +116,10 @@ impl PostgresStore {
                      WHERE lease_until_ms > $1 \
                      ORDER BY finalized_at, receipt_id LIMIT $2"
                 }
-                ReceiptState::Settled | ReceiptState::Skipped | ReceiptState::DeadLettered => {
+                ReceiptState::Settled
+                | ReceiptState::Skipped
+                | ReceiptState::DeadLettered
+                | ReceiptState::Canceled => {
                     "SELECT receipt_id, finalized_at, attempts FROM receipts \
                      WHERE status = $1 AND status <> 'active' \
                      ORDER BY finalized_at, receipt_id LIMIT $2"

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::super::actions::{self, Binds};
 use super::super::rows::to_i64;
 use super::super::rules::NewHistory;
 use super::*;
@@ -91,28 +92,49 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
     Ok(results)
 }
 
-async fn redrive(tx: &mut Tx, receipt_id: &str, now: i64) -> StoreResult<Option<ReceiptView>> {
-    let Some(found) = row_for_update(tx, receipt_id).await? else {
-        return Ok(None);
-    };
-    let Some(letter) = found.dead_letter()? else {
-        return Ok(None);
-    };
-    sqlx::query(
-        "UPDATE receipts SET status = 'active', attempts = 0, next_visible_at_ms = $2, \
-         finished_at_ms = NULL WHERE receipt_id = $1 AND status = 'dead_lettered'",
-    )
-    .bind(receipt_id)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    append_history(tx, receipt_id, &rules::redrive_entry(&letter, now)).await?;
-    let redriven = row(tx, receipt_id)
-        .await?
-        .ok_or_else(|| SettlementRouteError::backend("receipt vanished during redrive"))?;
-    let view = redriven.view(now, history(tx, receipt_id).await?)?;
-    announce(tx).await?;
-    Ok(Some(view))
+/// Do an operator's action to each receipt in order, each judged on its own
+/// row, locked until the transaction ends; in a dry run, judge only.
+async fn act_all(
+    tx: &mut Tx,
+    action: &OperatorAction,
+    ids: &[ReceiptId],
+    actor: Option<&str>,
+    now: i64,
+    dry_run: bool,
+) -> StoreResult<Vec<ActionResult>> {
+    // The statement is one of `update_sql`'s constants with PostgreSQL's
+    // placeholders: no value is ever spliced into it.
+    let sql = actions::update_sql(action).replace('?', "$");
+    let mut results = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id = id.as_str();
+        let found = if dry_run {
+            row(tx, id).await?
+        } else {
+            row_for_update(tx, id).await?
+        };
+        let result = actions::judge(action, found.as_ref(), now);
+        if let (Ok(Acted::Done), Some(found), false) = (result, &found, dry_run) {
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(id);
+            let query = match action.binds() {
+                Binds::Id => query,
+                Binds::Now => query.bind(now),
+                Binds::NowReason(reason) => query.bind(now).bind(reason),
+            };
+            // The row is locked: nothing can have moved it since it was judged.
+            if query.execute(&mut **tx).await?.rows_affected() != 1 {
+                return Err(SettlementRouteError::backend(
+                    "operator action changed no row",
+                ));
+            }
+            append_history(tx, id, &actions::entry(action, found, actor, now)).await?;
+        }
+        results.push(result);
+    }
+    if action.may_make_due() && !dry_run && results.contains(&Ok(Acted::Done)) {
+        announce(tx).await?;
+    }
+    Ok(results)
 }
 
 async fn append_history(
@@ -122,8 +144,8 @@ async fn append_history(
 ) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         transcript_id, reason, worker_id, observed_at_ms, route, actor, note) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(receipt_id)
     .bind(h.attempt)
@@ -135,6 +157,8 @@ async fn append_history(
     .bind(&h.worker_id)
     .bind(h.observed_at_ms)
     .bind(h.route)
+    .bind(&h.actor)
+    .bind(&h.note)
     .execute(conn)
     .await?;
     Ok(())
@@ -161,18 +185,21 @@ impl PostgresStore {
         Ok(results)
     }
 
-    pub(super) async fn redrive_receipt(
+    pub(super) async fn act_on(
         &self,
-        receipt_id: &ReceiptId,
+        action: &OperatorAction,
+        ids: &[ReceiptId],
+        actor: Option<&str>,
         now_ms: u64,
-    ) -> StoreResult<Option<ReceiptView>> {
+        dry_run: bool,
+    ) -> StoreResult<Vec<ActionResult>> {
         let now = to_i64(now_ms, "now_ms")?;
         let mut tx = self.begin().await?;
-        let result = redrive(&mut tx, receipt_id.as_str(), now).await;
-        let view = finish(tx, result).await?;
-        if view.is_some() {
+        let result = act_all(&mut tx, action, ids, actor, now, dry_run).await;
+        let results = finish(tx, result).await?;
+        if action.may_make_due() && !dry_run && results.contains(&Ok(Acted::Done)) {
             self.notify.notify_waiters();
         }
-        Ok(view)
+        Ok(results)
     }
 }

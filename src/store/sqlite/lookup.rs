@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::super::rows::{HistoryRow, ReceiptRow};
+use super::super::rows::ReceiptRow;
 use super::super::rules::NewHistory;
 use super::super::*;
 use crate::receipt_columns;
@@ -28,6 +28,8 @@ pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         transcript_id: r.get(12)?,
         skip_reason: r.get(13)?,
         finished_at_ms: r.get(14)?,
+        held_at_ms: r.get(15)?,
+        cancel_reason: r.get(16)?,
     })
 }
 
@@ -59,28 +61,6 @@ pub fn rows_by_id<'a>(
         found.insert(r.receipt_id.clone(), r);
     }
     Ok(found)
-}
-
-/// A receipt's history, oldest first.
-pub fn history(conn: &Connection, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
-         observed_at_ms, route FROM receipt_history WHERE receipt_id = ?1 ORDER BY id",
-    )?;
-    let rows = stmt.query_map([receipt_id], |r| {
-        Ok(HistoryRow {
-            attempt: r.get(0)?,
-            outcome: r.get(1)?,
-            code: r.get(2)?,
-            detail_sha256: r.get(3)?,
-            transcript_id: r.get(4)?,
-            reason: r.get(5)?,
-            worker_id: r.get(6)?,
-            observed_at_ms: r.get(7)?,
-            route: r.get(8)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// A history entry's columns, in the order of the `INSERT`s below.
@@ -117,6 +97,12 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
     if entries.is_empty() {
         return Ok(());
     }
+    // Workers' entries only: an operator's goes through `append_operator_entry`.
+    debug_assert!(
+        entries
+            .iter()
+            .all(|(_, h)| h.actor.is_none() && h.note.is_none())
+    );
     if let [(id, h)] = entries {
         // One entry: plain values, without reading a JSON batch.
         conn.prepare_cached(
@@ -127,6 +113,7 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
         .execute(history_values(id, h))?;
         return Ok(());
     }
+
     let rows: Vec<_> = entries
         .iter()
         .map(|(id, h)| history_values(id, h))
@@ -143,6 +130,24 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
             "history entries were not all written",
         ));
     }
+    Ok(())
+}
+
+/// Append one operator's entry, with its actor and note.
+pub fn append_operator_entry(
+    conn: &Connection,
+    receipt_id: &str,
+    h: &NewHistory,
+) -> StoreResult<()> {
+    let v = history_values(receipt_id, h);
+    conn.prepare_cached(
+        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
+         transcript_id, reason, worker_id, observed_at_ms, route, actor, note) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(rusqlite::params![
+        v.0, v.1, v.2, v.3, v.4, v.5, v.6, v.7, v.8, v.9, h.actor, h.note
+    ])?;
     Ok(())
 }
 

@@ -286,21 +286,28 @@ impl SettlementOutcomeStore for SqliteStore {
             .map_or(Ok(None), |r| r.dead_letter())
     }
 
-    async fn redrive(
+    async fn act(
         &self,
-        receipt_id: &ReceiptId,
+        action: &OperatorAction,
+        receipt_ids: &[ReceiptId],
+        actor: Option<&str>,
         now_ms: u64,
-    ) -> StoreResult<Option<ReceiptView>> {
+        dry_run: bool,
+    ) -> StoreResult<Vec<ActionResult>> {
         let now = to_i64(now_ms, "now_ms")?;
-        let id = receipt_id.clone();
-        let view = self
+        let (op, ids, who) = (
+            action.clone(),
+            receipt_ids.to_vec(),
+            actor.map(str::to_owned),
+        );
+        let results = self
             .writer
-            .solo(move |conn| write::redrive(conn, &id, now))
+            .solo(move |conn| write::act(conn, &op, &ids, who.as_deref(), now, dry_run))
             .await?;
-        if view.is_some() {
+        if action.may_make_due() && results.contains(&Ok(Acted::Done)) && !dry_run {
             self.notify.notify_waiters();
         }
-        Ok(view)
+        Ok(results)
     }
 
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {

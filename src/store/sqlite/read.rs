@@ -5,7 +5,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::super::rules;
 use super::super::*;
-use crate::receipt_columns;
+use crate::{history_columns, receipt_columns};
 
 /// One receipt row.
 pub async fn row(conn: &mut SqliteConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
@@ -24,10 +24,11 @@ pub async fn history(
     conn: &mut SqliteConnection,
     receipt_id: &str,
 ) -> StoreResult<Vec<HistoryRow>> {
-    Ok(sqlx::query_as(
-        "SELECT attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
-         observed_at_ms, route FROM receipt_history WHERE receipt_id = ?1 ORDER BY id",
-    )
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        history_columns!(),
+        " FROM receipt_history WHERE receipt_id = ?1 ORDER BY id"
+    ))
     .bind(receipt_id)
     .fetch_all(conn)
     .await?)
@@ -80,8 +81,9 @@ pub async fn dead_letters(
 pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<StatusView> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut tx = pool.begin().await?;
-    let sums: (i64, i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT fresh, retried, settled, skipped, dead_lettered FROM receipt_counts WHERE id = 1",
+    let sums: rules::Buckets = sqlx::query_as(
+        "SELECT fresh, retried, settled, skipped, dead_lettered, canceled FROM receipt_counts \
+         WHERE id = 1",
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -100,10 +102,11 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
     let oldest: Option<i64> = sqlx::query_scalar(
         "SELECT MIN(t) FROM ( \
            SELECT MIN(next_visible_at_ms) AS t FROM receipts \
-            WHERE status = 'active' AND lease_token IS NULL AND next_visible_at_ms <= ?1 \
+            WHERE status = 'active' AND lease_token IS NULL AND held_at_ms IS NULL \
+            AND next_visible_at_ms <= ?1 \
            UNION ALL \
            SELECT MIN(next_visible_at_ms) FROM receipts \
-            WHERE lease_until_ms <= ?1 AND next_visible_at_ms <= ?1)",
+            WHERE lease_until_ms <= ?1 AND next_visible_at_ms <= ?1 AND held_at_ms IS NULL)",
     )
     .bind(now)
     .fetch_one(&mut *tx)
@@ -128,7 +131,10 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
                  WHERE lease_until_ms > ?1 \
                  ORDER BY finalized_at, receipt_id LIMIT ?2"
             }
-            ReceiptState::Settled | ReceiptState::Skipped | ReceiptState::DeadLettered => {
+            ReceiptState::Settled
+            | ReceiptState::Skipped
+            | ReceiptState::DeadLettered
+            | ReceiptState::Canceled => {
                 "SELECT receipt_id, finalized_at, attempts FROM receipts \
                  INDEXED BY receipts_by_status WHERE status = ?1 AND status <> 'active' \
                  ORDER BY finalized_at, receipt_id LIMIT ?2"

@@ -11,10 +11,11 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::Connection;
 
+use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::super::*;
-use super::lookup::{append_history, history, json, receipt_row, row, rows_by_id};
+use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
 use crate::receipt_columns;
 
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
@@ -129,7 +130,7 @@ fn lease(
         .prepare_cached(
             "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
              lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 \
-             AND status = 'active' AND next_visible_at_ms <= ?7 \
+             AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?7 \
              AND (lease_until_ms IS NULL OR lease_until_ms <= ?7)",
         )?
         .execute(rusqlite::params![
@@ -166,6 +167,7 @@ pub fn claim_receipt(
     };
     Ok(match row.status.as_str() {
         "active" if row.lease_live(now) => (ReceiptClaim::Leased, false),
+        "active" if row.held_at_ms.is_some() => (ReceiptClaim::Held, false),
         "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => {
             (ReceiptClaim::NotYetVisible, false)
         }
@@ -184,7 +186,7 @@ pub fn claim_receipt(
 const PICK_DUE: &str = concat!(
     "SELECT ",
     receipt_columns!(),
-    " FROM receipts INDEXED BY receipts_due WHERE status = 'active' \
+    " FROM receipts INDEXED BY receipts_due WHERE status = 'active' AND held_at_ms IS NULL \
      AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
      ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)"
 );
@@ -613,29 +615,39 @@ pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<Stor
         .collect())
 }
 
-/// Put a dead letter back to work; `None` when the receipt is not dead-lettered.
-pub fn redrive(
+/// Do an operator's action to each receipt, each judged on its own; in a dry
+/// run, judge only.
+pub fn act(
     conn: &Connection,
-    receipt_id: &ReceiptId,
+    action: &OperatorAction,
+    ids: &[ReceiptId],
+    actor: Option<&str>,
     now: i64,
-) -> StoreResult<Option<ReceiptView>> {
-    let Some(current) = row(conn, receipt_id.as_str())? else {
-        return Ok(None);
-    };
-    let Some(letter) = current.dead_letter()? else {
-        return Ok(None);
-    };
-    conn.prepare_cached(
-        "UPDATE receipts SET status = 'active', attempts = 0, next_visible_at_ms = ?2, \
-         finished_at_ms = NULL WHERE receipt_id = ?1 AND status = 'dead_lettered'",
-    )?
-    .execute(rusqlite::params![receipt_id.as_str(), now])?;
-    let entry = rules::redrive_entry(&letter, now);
-    append_history(conn, &[(receipt_id.as_str(), &entry)])?;
-    let updated = row(conn, receipt_id.as_str())?
-        .ok_or_else(|| SettlementRouteError::backend("receipt vanished during redrive"))?;
-    let entries = history(conn, receipt_id.as_str())?;
-    updated.view(now, entries).map(Some)
+    dry_run: bool,
+) -> StoreResult<Vec<ActionResult>> {
+    let mut results = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id = id.as_str();
+        let found = row(conn, id)?;
+        let result = actions::judge(action, found.as_ref(), now);
+        if let (Ok(Acted::Done), Some(found), false) = (result, &found, dry_run) {
+            let mut stmt = conn.prepare_cached(actions::update_sql(action))?;
+            let changed = match action.binds() {
+                Binds::Id => stmt.execute([id])?,
+                Binds::Now => stmt.execute(rusqlite::params![id, now])?,
+                Binds::NowReason(reason) => stmt.execute(rusqlite::params![id, now, reason])?,
+            };
+            // The single writer read the row just now: nothing can have moved it.
+            if changed != 1 {
+                return Err(SettlementRouteError::backend(
+                    "operator action changed no row",
+                ));
+            }
+            append_operator_entry(conn, id, &actions::entry(action, found, actor, now))?;
+        }
+        results.push(result);
+    }
+    Ok(results)
 }
 
 /// Delete up to `limit` receipts finished before `before` (their history follows by cascade).
@@ -662,8 +674,10 @@ mod tests {
     fn the_claim_statement_is_prepared_once() {
         let dir = tempfile::tempdir().expect("temp dir");
         let conn = rusqlite::Connection::open(dir.path().join("plan.db")).expect("open");
-        conn.execute_batch(include_str!("../../../migrations/sqlite/0001_init.sql"))
-            .expect("schema");
+        // Every migration, as the server applies them.
+        for migration in sqlx::migrate!("migrations/sqlite").iter() {
+            conn.execute_batch(migration.sql.as_ref()).expect("schema");
+        }
         let worker = WorkerId::parse("w").expect("worker");
         for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
             let limit = ClaimLimit::try_from(limit).expect("limit");

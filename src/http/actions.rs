@@ -1,0 +1,397 @@
+//! Operators act on receipts: hold, unhold and cancel one receipt, or
+//! redrive, hold, unhold or cancel many at once (docs/operators.md, "Act on
+//! many receipts"). Every change appends to the receipt's history, naming
+//! the operator's token when it has a name.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::{ApiError, Problem, ProblemCode};
+use super::extract::{ApiJson, ApiPath};
+use super::wire;
+use crate::domain::ReceiptId;
+use crate::store::actions::MAX_REASON_BYTES;
+use crate::store::{Acted, ActionRefusal, ActionResult, OperatorAction, ReceiptView};
+
+/// Most receipts one bulk request names.
+pub const MAX_BULK_IDS: usize = 1000;
+/// Receipts per transaction of a bulk action: short transactions, so that
+/// claims and outcomes never wait long behind one.
+const CHUNK: usize = 100;
+/// Receipt ids a dry run shows.
+const SAMPLE: usize = 20;
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(hold))
+        .routes(routes!(unhold))
+        .routes(routes!(cancel))
+        .routes(routes!(bulk))
+}
+
+/// The name recorded in history for the caller, if its token has one.
+fn actor(caller: Option<&Extension<Caller>>) -> Option<&str> {
+    caller.and_then(|c| c.name.as_deref())
+}
+
+/// An operator's reason: 1..=512 bytes of text without control characters.
+fn parse_reason(reason: Option<String>, required: bool) -> Result<Option<String>, ApiError> {
+    let bad = |detail: &str| ApiError::validation(ProblemCode::InvalidReason, detail.to_owned());
+    match reason {
+        None if required => Err(bad("a reason is required (1..=512 bytes)")),
+        None => Ok(None),
+        Some(r) if r.trim().is_empty() || r.len() > MAX_REASON_BYTES => {
+            Err(bad("reason must be 1..=512 bytes and not blank"))
+        }
+        Some(r) if r.chars().any(char::is_control) => {
+            Err(bad("reason must not contain control characters"))
+        }
+        Some(r) => Ok(Some(r)),
+    }
+}
+
+/// The problem answering a refusal for one receipt.
+fn refusal(refused: ActionRefusal) -> ApiError {
+    match refused {
+        ActionRefusal::NotFound => {
+            ApiError::not_found(ProblemCode::ReceiptNotFound, "no receipt with this id")
+        }
+        ActionRefusal::NotDeadLettered => ApiError::not_found(
+            ProblemCode::DeadLetterNotFound,
+            "this receipt is not dead-lettered",
+        ),
+        ActionRefusal::NotActive => ApiError::conflict(
+            ProblemCode::ReceiptNotActive,
+            "this receipt has no active work (finished or dead-lettered): only pending, \
+             scheduled, leased and retrying receipts can be held",
+        ),
+        ActionRefusal::Finished => ApiError::conflict(
+            ProblemCode::ReceiptFinished,
+            "this receipt is already settled, skipped or canceled",
+        ),
+        ActionRefusal::Leased => ApiError::conflict(
+            ProblemCode::ReceiptLeased,
+            "a live lease holds this receipt and its worker may be settling it: hold it, and \
+             cancel once the lease has ended",
+        ),
+    }
+}
+
+/// Act on one receipt and answer its view.
+async fn act_on_one(
+    app: &AppState,
+    action: OperatorAction,
+    id: &str,
+    caller: Option<&Extension<Caller>>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    let id = wire::parse_receipt_id(id)?;
+    let now = app.now();
+    let ids = std::slice::from_ref(&id);
+    let results = app
+        .store
+        .act(&action, ids, actor(caller), now, false)
+        .await?;
+    let result = results
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::unavailable("operator action gave no result"))?;
+    app.metrics.acted(action.name(), &result);
+    result.map_err(refusal)?;
+    let view = app.store.receipt(&id, now).await?;
+    view.map(Json)
+        .ok_or_else(|| ApiError::unavailable("acted-on receipt not readable"))
+}
+
+/// Why an operator holds or cancels a receipt.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonIn {
+    /// 1..=512 bytes, no control characters; recorded as the history
+    /// entry's `note`. Required to cancel, optional to hold.
+    pub reason: Option<String>,
+}
+
+/// Hold a receipt: no claim takes it until it is unheld.
+///
+/// Its state, attempts and due time are kept. A live lease on it is not
+/// revoked: its worker may still report the outcome, extend or release the
+/// lease (a retry then waits, held, until unheld). Holding a held receipt
+/// changes nothing and answers 200.
+#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/hold", operation_id = "v1.receipts.hold", tag = "operator actions",
+    params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
+    request_body = ReasonIn,
+    responses(
+        (status = 200, description = "The receipt, held", body = ReceiptView),
+        (status = 404, description = "No such receipt", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not active (`receipt_not_active`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id or reason", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn hold(
+    State(app): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<ReasonIn>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    let reason = parse_reason(body.reason, false)?;
+    act_on_one(&app, OperatorAction::Hold { reason }, &id, caller.as_ref()).await
+}
+
+/// Unhold a receipt: claimable again once due.
+///
+/// Needs no body (send `{}` or nothing, with `Content-Type:
+/// application/json`). Unholding a receipt that is not held changes nothing
+/// and answers 200.
+#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/unhold", operation_id = "v1.receipts.unhold", tag = "operator actions",
+    params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
+    request_body(content = Option<super::dead_letters::RedriveIn>, description = "Ignored: send `{}` or nothing"),
+    responses(
+        (status = 200, description = "The receipt, not held", body = ReceiptView),
+        (status = 404, description = "No such receipt", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not active (`receipt_not_active`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn unhold(
+    State(app): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    act_on_one(&app, OperatorAction::Unhold, &id, caller.as_ref()).await
+}
+
+/// Cancel a receipt: finished for good (`canceled`), never to be settled.
+///
+/// Pending, scheduled, retrying, held and dead-lettered receipts can be
+/// canceled; a receipt a live lease holds cannot (409 `receipt_leased`: its
+/// worker may be settling it now; hold it and cancel once the lease ends).
+/// Enqueueing the same receipt again answers the canceled receipt.
+#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/cancel", operation_id = "v1.receipts.cancel", tag = "operator actions",
+    params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
+    request_body = ReasonIn,
+    responses(
+        (status = 200, description = "The receipt, canceled", body = ReceiptView),
+        (status = 404, description = "No such receipt", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Leased (`receipt_leased`) or already finished (`receipt_finished`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id, or no reason", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn cancel(
+    State(app): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<ReasonIn>,
+) -> Result<Json<ReceiptView>, ApiError> {
+    let reason = parse_reason(body.reason, true)?.unwrap_or_default();
+    act_on_one(
+        &app,
+        OperatorAction::Cancel { reason },
+        &id,
+        caller.as_ref(),
+    )
+    .await
+}
+
+/// A bulk action: which receipts, and how careful to be.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkIn {
+    /// The receipts to act on: 1..=1000 ids, each judged on its own.
+    pub receipt_ids: Vec<String>,
+    /// Judge every receipt and report what would happen, changing nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// The number of receipts the operator expects to act on; any other
+    /// number of `receipt_ids` is refused (409 `count_mismatch`) with nothing
+    /// changed.
+    pub expect_count: Option<u64>,
+    /// For `hold` (optional) and `cancel` (required): recorded in history.
+    pub reason: Option<String>,
+}
+
+/// What a bulk action did, or in a dry run would do, to one receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkItemStatus {
+    /// Changed (in a dry run: would be), with a history entry.
+    Done,
+    /// Already so: nothing written.
+    Unchanged,
+    /// Refused: see `error`; nothing changed.
+    Refused,
+}
+
+/// One receipt of a bulk action.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BulkItem {
+    pub receipt_id: String,
+    pub status: BulkItemStatus,
+    /// Why it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Problem>,
+}
+
+/// The outcome of a bulk action, item by item in the order given.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BulkOut {
+    pub action: BulkAction,
+    pub dry_run: bool,
+    /// How many receipts were named.
+    pub matched: u64,
+    pub done: u64,
+    pub unchanged: u64,
+    pub refused: u64,
+    /// Every receipt's result (a dry run: what would happen).
+    pub results: Vec<BulkItem>,
+    /// A dry run only: up to 20 of the receipts that would change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<Vec<String>>,
+}
+
+/// The operator actions a bulk request can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    Redrive,
+    Hold,
+    Unhold,
+    Cancel,
+}
+
+impl BulkAction {
+    fn parse(text: &str) -> Result<Self, ApiError> {
+        serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
+            ApiError::not_found(
+                ProblemCode::NotFound,
+                "no such action: use redrive, hold, unhold or cancel",
+            )
+        })
+    }
+
+    fn with(self, reason: Option<String>) -> Result<OperatorAction, ApiError> {
+        Ok(match self {
+            Self::Redrive | Self::Unhold if reason.is_some() => {
+                return Err(ApiError::validation(
+                    ProblemCode::InvalidReason,
+                    "only hold and cancel take a reason",
+                ));
+            }
+            Self::Redrive => OperatorAction::Redrive,
+            Self::Unhold => OperatorAction::Unhold,
+            Self::Hold => OperatorAction::Hold {
+                reason: parse_reason(reason, false)?,
+            },
+            Self::Cancel => OperatorAction::Cancel {
+                reason: parse_reason(reason, true)?.unwrap_or_default(),
+            },
+        })
+    }
+}
+
+/// Redrive, hold, unhold or cancel many receipts at once.
+///
+/// Every receipt is judged on its own, as the single-receipt action would
+/// judge it, and answered item by item. The receipts are changed in
+/// transactions of up to 100: a crash part-way leaves each receipt either
+/// changed, with its history entry, or untouched, and a request repeated
+/// after it finds the changed ones `unchanged` (hold, unhold) or refused
+/// (redrive, cancel), never changed twice. Use `dry_run` first to see what
+/// would happen, and `expect_count` so that a list other than the one
+/// reviewed is refused.
+#[utoipa::path(post, path = "/v1/bulk/{action}", operation_id = "v1.bulk.act", tag = "operator actions",
+    params(("action" = BulkAction, Path, description = "redrive, hold, unhold or cancel")),
+    request_body = BulkIn,
+    responses(
+        (status = 200, description = "Each receipt's result", body = BulkOut),
+        (status = 404, description = "No such action", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`expect_count` differs (`count_mismatch`); nothing changed", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid ids, size or reason", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn bulk(
+    State(app): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    ApiPath(action): ApiPath<String>,
+    ApiJson(body): ApiJson<BulkIn>,
+) -> Result<Json<BulkOut>, ApiError> {
+    let kind = BulkAction::parse(&action)?;
+    let action = kind.with(body.reason)?;
+    if body.receipt_ids.is_empty() || body.receipt_ids.len() > MAX_BULK_IDS {
+        return Err(ApiError::validation(
+            ProblemCode::BatchSize,
+            "receipt_ids must hold 1..=1000 ids",
+        ));
+    }
+    let ids = body
+        .receipt_ids
+        .iter()
+        .map(|id| wire::parse_receipt_id(id))
+        .collect::<Result<Vec<ReceiptId>, _>>()?;
+    let matched = ids.len() as u64;
+    if let Some(expected) = body.expect_count.filter(|n| *n != matched) {
+        return Err(ApiError::conflict(
+            ProblemCode::CountMismatch,
+            format!("{matched} receipts were named, not the {expected} expected; nothing changed"),
+        ));
+    }
+    let now = app.now();
+    let mut results: Vec<ActionResult> = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        let acted = app
+            .store
+            .act(&action, chunk, actor(caller.as_ref()), now, body.dry_run)
+            .await?;
+        results.extend(acted);
+    }
+    if !body.dry_run {
+        for result in &results {
+            app.metrics.acted(action.name(), result);
+        }
+    }
+    Ok(Json(summarize(kind, body.dry_run, &ids, results)))
+}
+
+fn summarize(
+    action: BulkAction,
+    dry_run: bool,
+    ids: &[ReceiptId],
+    results: Vec<ActionResult>,
+) -> BulkOut {
+    let items: Vec<BulkItem> = ids
+        .iter()
+        .zip(results)
+        .map(|(id, result)| {
+            let (status, error) = match result {
+                Ok(Acted::Done) => (BulkItemStatus::Done, None),
+                Ok(Acted::Unchanged) => (BulkItemStatus::Unchanged, None),
+                Err(refused) => (BulkItemStatus::Refused, Some(refusal(refused).problem())),
+            };
+            BulkItem {
+                receipt_id: id.as_str().to_owned(),
+                status,
+                error,
+            }
+        })
+        .collect();
+    let count = |s: BulkItemStatus| items.iter().filter(|i| i.status == s).count() as u64;
+    let sample = dry_run.then(|| {
+        items
+            .iter()
+            .filter(|i| i.status == BulkItemStatus::Done)
+            .take(SAMPLE)
+            .map(|i| i.receipt_id.clone())
+            .collect()
+    });
+    BulkOut {
+        action,
+        dry_run,
+        matched: items.len() as u64,
+        done: count(BulkItemStatus::Done),
+        unchanged: count(BulkItemStatus::Unchanged),
+        refused: count(BulkItemStatus::Refused),
+        results: items,
+        sample,
+    }
+}

@@ -1,0 +1,232 @@
+//! Operators' actions over HTTP: hold, unhold, cancel, bulk, and the token
+//! name recorded in history.
+
+use serde_json::{Value, json};
+use settled::http::auth::Tokens;
+
+use crate::common::Fresh;
+use crate::common::http::{TestServer, spawn, spawn_with_tokens};
+
+const ALICE: &str = "alice-operator-token-0123";
+
+async fn post_as(s: &TestServer, path: &str, body: Value) -> (u16, Value) {
+    let response = s
+        .client
+        .post(format!("{}{path}", s.base))
+        .bearer_auth(ALICE)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+async fn hold_unhold_and_cancel_one_receipt(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    s.enqueue("r").await;
+    let held = s
+        .post("/v1/receipts/r/hold", json!({"reason": "dispute #81"}))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(held["state"], "pending");
+    assert!(held["held_at_ms"].is_u64());
+    assert_eq!(held["history"][0]["outcome"], "hold");
+    assert_eq!(held["history"][0]["note"], "dispute #81");
+    // No token name on an anonymous server.
+    assert!(held["history"][0].get("actor").is_none());
+    assert!(s.claim("w", 10).await.is_empty());
+    s.post(
+        "/v1/receipts/r/claim",
+        json!({"worker_id": "w", "lease_ms": 1000}),
+    )
+    .await
+    .assert_problem(409, "receipt_held", "conflict");
+    let unheld = s
+        .post("/v1/receipts/r/unhold", json!({}))
+        .await
+        .ok(200)
+        .clone();
+    assert!(unheld.get("held_at_ms").is_none());
+
+    s.post("/v1/receipts/r/cancel", json!({}))
+        .await
+        .assert_problem(422, "invalid_reason", "validation");
+    s.post("/v1/receipts/r/cancel", json!({"reason": "a\u{7}b"}))
+        .await
+        .assert_problem(422, "invalid_reason", "validation");
+    s.post("/v1/receipts/r/cancel", json!({"reason": "x".repeat(513)}))
+        .await
+        .assert_problem(422, "invalid_reason", "validation");
+    assert_eq!(s.receipt("r").await["state"], "pending");
+    let canceled = s
+        .post("/v1/receipts/r/cancel", json!({"reason": "duplicate"}))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(canceled["state"], "canceled");
+    assert_eq!(canceled["cancel_reason"], "duplicate");
+    s.post("/v1/receipts/r/cancel", json!({"reason": "again"}))
+        .await
+        .assert_problem(409, "receipt_finished", "conflict");
+    s.post("/v1/receipts/r/hold", json!({}))
+        .await
+        .assert_problem(409, "receipt_not_active", "conflict");
+    s.post("/v1/receipts/nope/hold", json!({}))
+        .await
+        .assert_problem(404, "receipt_not_found", "not_found");
+    // Enqueueing it again answers the canceled receipt.
+    let again = s
+        .post(
+            "/v1/receipts",
+            json!({"receipt_id": "r", "finalized_at": 100}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(again["state"], "canceled");
+    let status = s.get("/v1/status").await.ok(200).clone();
+    assert_eq!(status["counts"]["canceled"], 1);
+    s.stop().await;
+}
+
+async fn a_leased_receipt_cannot_be_canceled(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    s.enqueue("r").await;
+    let claims = s.claim("w", 1).await;
+    assert_eq!(claims.len(), 1);
+    s.post("/v1/receipts/r/cancel", json!({"reason": "stop"}))
+        .await
+        .assert_problem(409, "receipt_leased", "conflict");
+    assert_eq!(s.receipt("r").await["state"], "leased");
+    s.stop().await;
+}
+
+async fn bulk_actions_dry_run_then_act_item_by_item(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    for id in ["a", "b", "c"] {
+        s.enqueue(id).await;
+    }
+    let ids = json!(["a", "b", "missing"]);
+    let dry = s
+        .post(
+            "/v1/bulk/hold",
+            json!({"receipt_ids": ids, "dry_run": true}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(
+        (&dry["matched"], &dry["done"], &dry["refused"]),
+        (&json!(3), &json!(2), &json!(1))
+    );
+    assert_eq!(dry["sample"], json!(["a", "b"]));
+    assert_eq!(dry["results"][2]["error"]["code"], "receipt_not_found");
+    assert!(
+        s.receipt("a").await.get("held_at_ms").is_none(),
+        "dry run changed nothing"
+    );
+
+    s.post(
+        "/v1/bulk/hold",
+        json!({"receipt_ids": ids, "expect_count": 2}),
+    )
+    .await
+    .assert_problem(409, "count_mismatch", "conflict");
+    assert!(s.receipt("a").await.get("held_at_ms").is_none());
+
+    let done = s
+        .post(
+            "/v1/bulk/hold",
+            json!({"receipt_ids": ids, "expect_count": 3}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    let statuses: Vec<_> = done["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["done", "done", "refused"]);
+    assert!(done.get("sample").is_none());
+    let claimed = s.claim("w", 10).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["receipt_id"], "c");
+
+    // Again: already held, unchanged; a reason where none is taken is refused.
+    let again = s
+        .post("/v1/bulk/hold", json!({"receipt_ids": ["a"]}))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(again["results"][0]["status"], "unchanged");
+    s.post(
+        "/v1/bulk/unhold",
+        json!({"receipt_ids": ["a"], "reason": "x"}),
+    )
+    .await
+    .assert_problem(422, "invalid_reason", "validation");
+    s.post("/v1/bulk/cancel", json!({"receipt_ids": ["a"]}))
+        .await
+        .assert_problem(422, "invalid_reason", "validation");
+    s.post("/v1/bulk/explode", json!({"receipt_ids": ["a"]}))
+        .await
+        .assert_problem(404, "not_found", "not_found");
+    s.post("/v1/bulk/hold", json!({"receipt_ids": []}))
+        .await
+        .assert_problem(422, "batch_size", "validation");
+    let too_many: Vec<String> = (0..1001).map(|i| format!("r{i}")).collect();
+    s.post("/v1/bulk/hold", json!({"receipt_ids": too_many}))
+        .await
+        .assert_problem(422, "batch_size", "validation");
+    s.post("/v1/bulk/hold", json!({"receipt_ids": ["a"], "extra": 1}))
+        .await
+        .assert_problem(422, "invalid_body", "validation");
+    let canceled = s
+        .post(
+            "/v1/bulk/cancel",
+            json!({"receipt_ids": ["a", "b"], "reason": "merchant closed"}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(canceled["done"], 2);
+    assert_eq!(s.receipt("b").await["state"], "canceled");
+    let metrics = s.get_text("/metrics").await;
+    assert!(
+        metrics.contains(r#"settled_operator_actions_total{action="cancel",result="done"} 2"#),
+        "{metrics}"
+    );
+    s.stop().await;
+}
+
+crate::on_every_backend!(
+    hold_unhold_and_cancel_one_receipt,
+    a_leased_receipt_cannot_be_canceled,
+    bulk_actions_dry_run_then_act_item_by_item,
+);
+
+#[tokio::test]
+async fn a_named_token_is_recorded_in_history_never_the_token() {
+    let tokens = Tokens::parse(&[format!("operator:alice:{ALICE}")]).unwrap();
+    let s = spawn_with_tokens(crate::common::fresh_sqlite().await, tokens).await;
+    let (status, _) = post_as(
+        &s,
+        "/v1/receipts",
+        json!({"receipt_id": "r", "finalized_at": 1}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, held) = post_as(&s, "/v1/receipts/r/hold", json!({})).await;
+    assert_eq!(status, 200);
+    let entry = &held["history"][0];
+    assert_eq!(
+        (&entry["actor"], &entry["worker_id"]),
+        (&json!("alice"), &json!("operator"))
+    );
+    assert!(!held.to_string().contains(ALICE));
+    s.stop().await;
+}
