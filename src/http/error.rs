@@ -68,6 +68,7 @@ pub enum ProblemCode {
     ReceiptNotFound,
     NoActiveWork,
     DeadLetterNotFound,
+    HistoryCursorExpired,
     InvalidRecord,
     BackendUnavailable,
 }
@@ -140,6 +141,11 @@ impl ApiError {
     /// 401 or 403 with class `auth`.
     pub fn auth(status: StatusCode, code: ProblemCode, detail: impl Into<String>) -> Self {
         Self::new(status, code, ProblemClass::Auth, detail)
+    }
+
+    /// 410: what was asked for existed and was deleted.
+    pub fn gone(code: ProblemCode, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::GONE, code, ProblemClass::NotFound, detail)
     }
 
     /// 409.

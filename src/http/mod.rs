@@ -6,6 +6,7 @@ mod dashboard;
 mod dead_letters;
 pub mod error;
 mod extract;
+mod history_feed;
 pub mod metrics;
 mod observe;
 mod ops;
@@ -38,6 +39,7 @@ use crate::clock::Clock;
 use crate::domain::RetryPolicy;
 use crate::store::SharedStore;
 use error::ApiError;
+pub use history_feed::{Hold, KeepBusy};
 
 /// Longest time any request may take; above the longest long-poll wait.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -148,6 +150,7 @@ impl AppState {
         (name = "claims", description = "Lease due work"),
         (name = "outcomes", description = "Report outcomes; extend or release leases"),
         (name = "dead letters", description = "Inspect and redrive failed receipts"),
+        (name = "history", description = "Follow every history entry in commit order"),
         (name = "operations", description = "Status, facts, health")
     )
 )]
@@ -160,6 +163,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(outcomes::routes())
         .merge(dead_letters::routes())
         .merge(ops::routes())
+        .merge(history_feed::routes())
 }
 
 /// The OpenAPI document as YAML: what `openapi.yaml` holds and `/openapi.yaml`
