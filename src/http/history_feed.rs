@@ -152,7 +152,7 @@ fn stream_start(headers: &HeaderMap, after: Option<&str>) -> Result<FeedStart, A
 /// idle; resume with `Last-Event-ID` (or `after`). Nothing is skipped or
 /// repeated across pages or resumes, whichever replica committed what.
 ///
-/// Retention (`--retention`) deletes finished receipts with their history: a
+/// Retention (`--retain-finished`) deletes finished receipts with their history: a
 /// cursor behind an entry it deleted gets 410 `history_cursor_expired`.
 #[utoipa::path(get, path = "/v1/history", operation_id = "v1.history.list", tag = "history",
     params(
@@ -221,9 +221,8 @@ async fn stream(
     start: FeedStart,
     keep_busy: Option<KeepBusy>,
 ) -> Result<Response, ApiError> {
-    let (entries, position) = page(
-        app.checked(app.store.history_feed(start, STREAM_BATCH).await)?,
-    )?;
+    let (entries, position) =
+        page(app.checked(app.store.history_feed(start, STREAM_BATCH).await)?)?;
     app.metrics.history_stream_opened();
     let open = Open {
         metrics: app.metrics.clone(),
@@ -239,11 +238,7 @@ async fn stream(
     let events = futures_util::stream::unfold(follow, Follow::next_event);
     let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
     // Tell nginx-like proxies not to buffer the stream.
-    Ok((
-        [("x-accel-buffering", HeaderValue::from_static("no"))],
-        sse,
-    )
-        .into_response())
+    Ok(([("x-accel-buffering", HeaderValue::from_static("no"))], sse).into_response())
 }
 
 impl Follow {

@@ -91,16 +91,25 @@ async fn every_kind_of_entry_comes_in_commit_order(fresh: Fresh) {
     let cb = claim(&fresh, "b", "w1", T0, 1_000).await;
     let ca = claim(&fresh, "a", "w2", T0, 1_000).await;
     // a first, although b was claimed first: commit order is what counts.
-    record(&fresh, &ca, &accepted("tx-a"), RetryPolicy::default(), T0 + 1)
-        .await
-        .unwrap();
+    record(
+        &fresh,
+        &ca,
+        &accepted("tx-a"),
+        RetryPolicy::default(),
+        T0 + 1,
+    )
+    .await
+    .unwrap();
     s.release_lease(&cb, T0 + 2).await.unwrap();
     let cc = claim(&fresh, "c", "w3", T0 + 3, 1_000).await;
     let dead = permanent(SettlementFailureCode::Signature, "no");
     record(&fresh, &cc, &dead, RetryPolicy::default(), T0 + 4)
         .await
         .unwrap();
-    s.redrive(&rid("c"), T0 + 5).await.unwrap().expect("redriven");
+    s.redrive(&rid("c"), T0 + 5)
+        .await
+        .unwrap()
+        .expect("redriven");
     let cb = claim(&fresh, "b", "w1", T0 + 6, 1_000).await;
     let skip = skipped(SettlementSkipReason::Denied);
     record(&fresh, &cb, &skip, RetryPolicy::default(), T0 + 7)
@@ -128,10 +137,7 @@ async fn every_kind_of_entry_comes_in_commit_order(fresh: Fresh) {
         (c.history[0].clone(), c.history[1].clone())
     );
     // Positions rise strictly, and `next` is the last one.
-    let positions: Vec<FeedPosition> = entries
-        .iter()
-        .map(|e| e.cursor.parse().unwrap())
-        .collect();
+    let positions: Vec<FeedPosition> = entries.iter().map(|e| e.cursor.parse().unwrap()).collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
     assert_eq!(Some(&next), positions.last());
     // Nothing new: the same position back, no entries.
@@ -197,7 +203,12 @@ async fn retention_tells_a_reader_it_fell_behind(fresh: Fresh) {
     let s = store(&fresh);
     enqueue_new(
         &fresh,
-        &[receipt("old-1"), receipt("old-2"), receipt("dead"), receipt("new")],
+        &[
+            receipt("old-1"),
+            receipt("old-2"),
+            receipt("dead"),
+            receipt("new"),
+        ],
         T0,
     )
     .await;
