@@ -129,7 +129,8 @@ impl FeedRow {
     }
 }
 
-/// The columns of a [`FeedRow`] after `tx` (each backend selects `tx` its own way).
+/// The columns of a [`FeedRow`] after `tx` (each backend selects `tx` its own
+/// way). A column added to [`HistoryRow`] must be added here too.
 pub const FEED_COLUMNS: &str = "id AS entry_id, receipt_id, attempt, outcome, code, \
      detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route";
 
