@@ -263,28 +263,26 @@ impl Follow {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            match self
+            let read = self
                 .app
                 .store
                 .history_feed(FeedStart::After(self.position), STREAM_BATCH)
-                .await
-                .map_err(ApiError::from)
-                .and_then(page)
-            {
-                Ok((entries, next)) if !entries.is_empty() => {
+                .await;
+            match read.map(page) {
+                Ok(Ok((entries, next))) if !entries.is_empty() => {
                     self.position = next;
                     self.pending = entries.into();
                     continue;
                 }
-                Ok(_) => {}
-                Err(error) if error.status().is_client_error() => {
+                Ok(Ok(_)) => {}
+                Ok(Err(problem)) => {
                     // Retention overtook this stream: say so, and end it.
                     self.done = true;
-                    let problem = serde_json::to_string(&error.problem()).unwrap_or_default();
+                    let problem = serde_json::to_string(&problem.problem()).unwrap_or_default();
                     return Some((Ok(Event::default().event("error").data(problem)), self));
                 }
                 Err(error) => {
-                    tracing::warn!(detail = ?error.problem().detail, "history stream: reading failed; will try again");
+                    tracing::warn!(%error, "history stream: reading failed; will try again");
                 }
             }
             tokio::select! {
