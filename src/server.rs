@@ -299,8 +299,13 @@ impl Shared {
             let (router, connection) = (self.router.clone(), connection.clone());
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let busy = connection.busy();
-                let response =
-                    tower::ServiceExt::oneshot(router.clone(), request.map(axum::body::Body::new));
+                let mut request = request.map(axum::body::Body::new);
+                // A streamed response (the history feed) keeps its
+                // connection busy past its handler, for as long as it streams.
+                request
+                    .extensions_mut()
+                    .insert(crate::http::KeepBusy(connection.clone()));
+                let response = tower::ServiceExt::oneshot(router.clone(), request);
                 async move {
                     let response = response.await;
                     drop(busy);

@@ -15,6 +15,8 @@ mod claims;
 mod dead_letters;
 #[path = "http_api/errors.rs"]
 mod errors;
+#[path = "http_api/feed.rs"]
+mod feed;
 #[path = "http_api/long_polls.rs"]
 mod long_polls;
 #[path = "http_api/metrics.rs"]

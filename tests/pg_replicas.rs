@@ -817,3 +817,127 @@ async fn an_enqueue_on_one_replica_wakes_a_long_poll_on_another() {
          enqueue was sent to replica B (the 250 ms fallback poll alone would average ~125 ms)"
     );
 }
+
+/// The history feed (GET /v1/history) read page by page through replica B,
+/// and followed live as a stream on replica A, shows every entry committed
+/// through either replica exactly once, both in the same order, while
+/// writers on both replicas race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_feed_of_one_replica_shows_every_commit_of_both_once() {
+    const WRITERS: usize = 6;
+    const EACH: usize = 40;
+    let total = WRITERS * EACH;
+    let Some(url) = common::fresh_postgres_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = ["--database-url", url.as_str(), "--pg-max-connections", "6"];
+    let replicas = start_replicas(dir.path(), 2, &args).await;
+    let (a, b) = (replicas[0].base.clone(), replicas[1].base.clone());
+    let client = client();
+
+    // The stream outlives the 30 s bound of `client()`.
+    let mut stream = reqwest::Client::new()
+        .get(format!("{a}/v1/history"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(stream.status().as_u16(), 200);
+    let streamed = tokio::spawn(async move {
+        let mut text = String::new();
+        let mut cursors = Vec::new();
+        while cursors.len() < total {
+            let chunk = tokio::time::timeout(Duration::from_secs(60), stream.chunk())
+                .await
+                .expect("stream events keep coming")
+                .expect("stream")
+                .expect("the stream stays open");
+            text.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+            while let Some(end) = text.find("\n\n") {
+                let block: String = text.drain(..end + 2).collect();
+                if let Some(id) = block.lines().find_map(|l| l.strip_prefix("id: ")) {
+                    cursors.push(id.to_owned());
+                }
+            }
+        }
+        cursors
+    });
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (client, base) = (
+                client.clone(),
+                if w % 2 == 0 { a.clone() } else { b.clone() },
+            );
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    let id = format!("feed-{w}-{i}");
+                    let receipt = json!({"receipt_id": id, "finalized_at": 1_764_460_800});
+                    let (status, body) =
+                        post(&client, &format!("{base}/v1/receipts"), &receipt).await;
+                    assert_eq!(status, 201, "{body}");
+                    let lease = json!({"worker_id": format!("w{w}"), "lease_ms": 30_000});
+                    let (status, claim) =
+                        post(&client, &format!("{base}/v1/receipts/{id}/claim"), &lease).await;
+                    assert_eq!(status, 200, "{claim}");
+                    let outcome = json!({"claim": claim,
+                        "outcome": {"kind": "accepted", "transcript_id": format!("t-{id}")}});
+                    let (status, body) = post(
+                        &client,
+                        &format!("{base}/v1/receipts/{id}/outcome"),
+                        &outcome,
+                    )
+                    .await;
+                    assert_eq!(status, 200, "{body}");
+                }
+            })
+        })
+        .collect();
+
+    // Pages through B, small ones, while the writers run.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut after = "0-0".to_owned();
+    let mut paged: Vec<(String, String)> = Vec::new();
+    while paged.len() < total {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} entries",
+            paged.len()
+        );
+        let (status, page) = get(&client, &format!("{b}/v1/history?after={after}&limit=7")).await;
+        assert_eq!(status, 200, "{page}");
+        let entries = page["entries"].as_array().expect("entries");
+        for entry in entries {
+            paged.push((
+                entry["cursor"].as_str().unwrap().to_owned(),
+                entry["receipt_id"].as_str().unwrap().to_owned(),
+            ));
+        }
+        after = page["next_cursor"].as_str().unwrap().to_owned();
+        if entries.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let (status, page) = get(&client, &format!("{b}/v1/history?after={after}")).await;
+    assert_eq!(
+        (status, page["entries"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+    let mut ids: Vec<&str> = paged.iter().map(|(_, id)| id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), total, "every receipt's entry once");
+    let cursors: Vec<String> = paged.into_iter().map(|(c, _)| c).collect();
+    let streamed = tokio::time::timeout(Duration::from_secs(60), streamed)
+        .await
+        .expect("the stream got every entry")
+        .expect("stream task");
+    assert_eq!(
+        streamed, cursors,
+        "the stream on A and the pages on B agree"
+    );
+}

@@ -31,3 +31,5 @@ mod counts;
 
 #[path = "conformance/actions.rs"]
 mod actions;
+#[path = "conformance/feed.rs"]
+mod feed;

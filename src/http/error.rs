@@ -73,6 +73,7 @@ pub enum ProblemCode {
     ReceiptFinished,
     CountMismatch,
     InvalidReason,
+    HistoryCursorExpired,
     InvalidRecord,
     BackendUnavailable,
 }
@@ -145,6 +146,11 @@ impl ApiError {
     /// 401 or 403 with class `auth`.
     pub fn auth(status: StatusCode, code: ProblemCode, detail: impl Into<String>) -> Self {
         Self::new(status, code, ProblemClass::Auth, detail)
+    }
+
+    /// 410: what was asked for existed and was deleted.
+    pub fn gone(code: ProblemCode, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::GONE, code, ProblemClass::NotFound, detail)
     }
 
     /// 409.

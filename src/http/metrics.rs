@@ -62,6 +62,8 @@ pub struct Metrics {
     scheduled: Gauge,
     oldest_due: Gauge<f64, AtomicU64>,
     dead_letters: Gauge,
+    history_streams: Gauge,
+    history_events: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -133,6 +135,18 @@ impl Default for Metrics {
             "Receipts waiting in the dead-letter queue",
             dead_letters.clone(),
         );
+        let history_streams = Gauge::default();
+        registry.register(
+            "history_streams",
+            "History feed streams (GET /v1/history as text/event-stream) open now",
+            history_streams.clone(),
+        );
+        let history_events = Counter::default();
+        registry.register(
+            "history_stream_events",
+            "History entries sent on feed streams",
+            history_events.clone(),
+        );
         Self {
             registry,
             requests,
@@ -147,6 +161,8 @@ impl Default for Metrics {
             scheduled,
             oldest_due,
             dead_letters,
+            history_streams,
+            history_events,
         }
     }
 }
@@ -196,6 +212,21 @@ impl Metrics {
         self.actions
             .get_or_create(&ActionLabels { action, result })
             .inc();
+    }
+
+    /// A history feed stream opened.
+    pub fn history_stream_opened(&self) {
+        self.history_streams.inc();
+    }
+
+    /// A history feed stream ended.
+    pub fn history_stream_closed(&self) {
+        self.history_streams.dec();
+    }
+
+    /// One entry sent on a history feed stream.
+    pub fn history_event(&self) {
+        self.history_events.inc();
     }
 
     /// Refresh the gauges from a status snapshot and render everything.

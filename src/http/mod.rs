@@ -7,6 +7,7 @@ mod dashboard;
 mod dead_letters;
 pub mod error;
 mod extract;
+mod history_feed;
 pub mod metrics;
 mod observe;
 mod ops;
@@ -39,6 +40,7 @@ use crate::clock::Clock;
 use crate::domain::RetryPolicy;
 use crate::store::SharedStore;
 use error::ApiError;
+pub use history_feed::{Hold, KeepBusy};
 
 /// Longest time any request may take; above the longest long-poll wait.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -150,6 +152,7 @@ impl AppState {
         (name = "outcomes", description = "Report outcomes; extend or release leases"),
         (name = "dead letters", description = "Inspect and redrive failed receipts"),
         (name = "operator actions", description = "Hold, unhold and cancel receipts; act on many at once"),
+        (name = "history", description = "Follow every history entry in commit order"),
         (name = "operations", description = "Status, facts, health")
     )
 )]
@@ -163,6 +166,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(dead_letters::routes())
         .merge(actions::routes())
         .merge(ops::routes())
+        .merge(history_feed::routes())
 }
 
 /// The OpenAPI document as YAML: what `openapi.yaml` holds and `/openapi.yaml`

@@ -92,6 +92,13 @@ impl Connection {
     }
 }
 
+/// A streamed response holds its connection busy (see [`crate::http::KeepBusy`]).
+impl crate::http::Hold for Connection {
+    fn hold(self: Arc<Self>) -> Box<dyn Send + Sync> {
+        Box::new(self.busy())
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         self.registry

@@ -4,6 +4,7 @@ pub mod actions;
 mod connect;
 mod error;
 mod explain;
+mod feed;
 pub mod postgres;
 mod rows;
 mod rules;
@@ -17,6 +18,7 @@ use tokio::sync::Notify;
 
 pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
 pub use connect::open_store;
+pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
 pub use views::*;
 
 use crate::domain::{
@@ -190,6 +192,14 @@ pub trait SettlementOutcomeStore: Send + Sync {
 
     /// Leases found expired when their receipt was claimed again, since start.
     fn lease_expiries_observed(&self) -> u64;
+
+    // The history feed (GET /v1/history).
+
+    /// Up to `limit` history entries after `start` in commit order, across
+    /// replicas: once a position is returned, no entry ever appears before
+    /// it. `Expired` when retention deleted entries after `start` that the
+    /// caller never read; `purge_finished` records how far it deleted.
+    async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead>;
 }
 
 /// Convenience wrappers kept out of the trait so it stays small and object-safe.

@@ -150,6 +150,9 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn purge_finished(&self, _: u64, _: usize) -> StoreResult<u64> {
         down()
     }
+    async fn history_feed(&self, _: FeedStart, _: usize) -> StoreResult<FeedRead> {
+        down()
+    }
     fn lease_expiries_observed(&self) -> u64 {
         0
     }

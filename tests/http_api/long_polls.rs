@@ -106,6 +106,9 @@ impl SettlementOutcomeStore for Counting {
     async fn purge_finished(&self, before: u64, limit: usize) -> StoreResult<u64> {
         self.inner.purge_finished(before, limit).await
     }
+    async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
+        self.inner.history_feed(start, limit).await
+    }
     fn lease_expiries_observed(&self) -> u64 {
         self.inner.lease_expiries_observed()
     }

@@ -17,6 +17,7 @@ macro_rules! pg_receipt_columns {
 mod batcher;
 mod careful;
 mod claim;
+mod feed;
 mod guarded;
 mod listen;
 mod outcome;
@@ -418,20 +419,14 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
         let before = super::rows::to_i64(finished_before_ms, "finished_before_ms")?;
-        // History rows go with their receipt (ON DELETE CASCADE); SKIP LOCKED
-        // keeps retention out of the way of anything holding a row.
-        let delete = sqlx::query(
-            "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
-             WHERE status IN ('settled', 'skipped') AND finished_at_ms < $1 LIMIT $2 \
-             FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(before)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        self.bounded(async { Ok(delete.execute(&self.pool).await?.rows_affected()) })
-            .await
+        self.purge_with_horizon(before, limit).await
     }
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
+    }
+
+    async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
+        self.bounded(self.feed_page(start, limit)).await
     }
 }

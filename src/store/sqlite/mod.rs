@@ -2,6 +2,7 @@
 //! thread (see [`group`]), a small pool of sqlx readers, WAL with
 //! `synchronous=FULL` so every acknowledged commit is durable.
 
+mod feed;
 mod group;
 mod lookup;
 mod read;
@@ -317,12 +318,19 @@ impl SettlementOutcomeStore for SqliteStore {
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
         let before = to_i64(finished_before_ms, "finished_before_ms")?;
         self.writer
-            .solo(move |conn| write::purge(conn, before, limit))
+            .solo(move |conn| feed::purge(conn, before, limit))
             .await
     }
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
+    }
+
+    async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
+        let mut tx = self.reader.begin().await?;
+        let read = super::feed::read(&mut feed::Reader(&mut tx), start, limit).await?;
+        tx.commit().await?;
+        Ok(read)
     }
 }
 

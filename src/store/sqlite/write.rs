@@ -650,20 +650,6 @@ pub fn act(
     Ok(results)
 }
 
-/// Delete up to `limit` receipts finished before `before` (their history follows by cascade).
-pub fn purge(conn: &Connection, before: i64, limit: usize) -> StoreResult<u64> {
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM receipts WHERE receipt_id IN (SELECT receipt_id FROM receipts \
-             WHERE status IN ('settled', 'skipped') AND finished_at_ms < ?1 LIMIT CAST(?2 AS INTEGER))",
-        )?
-        .execute(rusqlite::params![
-            before,
-            i64::try_from(limit).unwrap_or(i64::MAX)
-        ])?;
-    Ok(deleted as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::super::rules::rounds;
