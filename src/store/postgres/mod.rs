@@ -21,6 +21,7 @@ mod listen;
 mod outcome;
 mod read;
 mod schema;
+mod stats;
 mod write;
 
 pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
@@ -427,5 +428,14 @@ impl SettlementOutcomeStore for PostgresStore {
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
+    }
+
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+        self.bounded(self.add_stat_minutes(minutes, keep_from_ms))
+            .await
+    }
+
+    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+        self.bounded(self.stat_minutes(from_ms, to_ms)).await
     }
 }

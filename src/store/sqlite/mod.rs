@@ -5,6 +5,7 @@
 mod group;
 mod lookup;
 mod read;
+mod stats;
 mod write;
 
 use std::str::FromStr;
@@ -316,6 +317,23 @@ impl SettlementOutcomeStore for SqliteStore {
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
+    }
+
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+        let keep_from = to_i64(keep_from_ms, "keep_from_ms")?;
+        let minutes = minutes.to_vec();
+        self.writer
+            .solo(move |conn| stats::add(conn, &minutes, keep_from))
+            .await
+    }
+
+    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+        stats::read(
+            &self.reader,
+            to_i64(from_ms, "from_ms")?,
+            to_i64(to_ms, "to_ms")?,
+        )
+        .await
     }
 }
 
