@@ -67,6 +67,7 @@ fn every_documented_operation_has_a_stable_dotted_id_and_problem_errors() {
         "v1.dead_letters.get",
         "v1.dead_letters.redrive",
         "v1.status.get",
+        "v1.stats.get",
         "v1.info.get",
         "health.alive",
         "health.ready",
