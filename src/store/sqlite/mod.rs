@@ -323,7 +323,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let keep_from = to_i64(keep_from_ms, "keep_from_ms")?;
         let minutes = minutes.to_vec();
         self.writer
-            .solo(move |conn| stats::add(conn, &minutes, keep_from))
+            .background(move |conn| stats::add(conn, &minutes, keep_from))
             .await
     }
 
@@ -337,6 +337,8 @@ impl SettlementOutcomeStore for SqliteStore {
     }
 }
 
+#[cfg(test)]
+mod background_tests;
 #[cfg(test)]
 mod merge_tests;
 #[cfg(test)]
