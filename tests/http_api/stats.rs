@@ -125,8 +125,22 @@ async fn the_series_counts_a_scripted_scenario_minute_by_minute(fresh: Fresh) {
     s.stop().await;
 }
 
-/// Start a second server ("replica") on the same database and clock.
-async fn replica(s: &TestServer) -> (String, tokio::sync::watch::Sender<bool>) {
+/// A second server ("replica") on the same database and clock.
+struct Replica {
+    base: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Replica {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// Start a [`Replica`] that adds its counts to the database every `every`.
+async fn replica(s: &TestServer, every: Duration) -> Replica {
     let store = open_store(&s.fresh.url, &PostgresOptions::default())
         .await
         .unwrap();
@@ -139,22 +153,22 @@ async fn replica(s: &TestServer) -> (String, tokio::sync::watch::Sender<bool>) {
         Arc::new(s.clock.clone()),
         rx.clone(),
     )
-    .with_stats_every(Duration::from_millis(100));
+    .with_stats_every(every);
     let mut stopped = rx;
-    tokio::spawn(settled::server::serve(listener, state, async move {
+    let task = tokio::spawn(settled::server::serve(listener, state, async move {
         let _ = stopped.wait_for(|s| *s).await;
     }));
-    (base, stop)
+    Replica { base, stop, task }
 }
 
 async fn replicas_of_one_database_sum_up(fresh: Fresh) {
     let s = spawn(fresh).await;
-    let (other, stop_other) = replica(&s).await;
+    let other = replica(&s, Duration::from_millis(100)).await;
     s.enqueue("a").await;
     s.enqueue("b").await;
     let created = s
         .client
-        .post(format!("{other}/v1/receipts"))
+        .post(format!("{}/v1/receipts", other.base))
         .json(&json!({"receipt_id": "c", "finalized_at": 100}))
         .send()
         .await
@@ -176,16 +190,26 @@ async fn replicas_of_one_database_sum_up(fresh: Fresh) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = stop_other.send(true);
+    other.stop().await;
     s.stop().await;
 }
 
 async fn a_stopping_server_writes_what_it_counted(fresh: Fresh) {
     let s = spawn(fresh).await;
-    let store = s.fresh.store.clone();
+    // A server that would not add its counts for an hour.
+    let other = replica(&s, Duration::from_secs(3600)).await;
     for id in ["a", "b", "c"] {
-        s.enqueue(id).await;
+        let created = s
+            .client
+            .post(format!("{}/v1/receipts", other.base))
+            .json(&json!({"receipt_id": id, "finalized_at": 100}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 201);
     }
+    other.stop().await;
+    let store = s.fresh.store.clone();
     s.stop().await;
     let minute = T0 - T0 % STATS_MINUTE_MS;
     let stored = store.stats(minute, minute + STATS_MINUTE_MS).await.unwrap();
