@@ -204,6 +204,7 @@ pub async fn serve_with(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    let stats = state.clone();
     let server = Arc::new(Shared {
         router: app(state),
         builder,
@@ -211,6 +212,11 @@ pub async fn serve_with(
         limits,
         stopping: watch::channel(false).0,
     });
+    let flusher = tokio::spawn(crate::http::stats::flush_every(
+        stats.clone(),
+        stats.stats_every(),
+        server.stopping.subscribe(),
+    ));
     let mut backoff = Duration::ZERO;
     let mut failures = AcceptFailures::default();
     tokio::pin!(stop);
@@ -264,6 +270,10 @@ pub async fn serve_with(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The rates counted since the last flush, the last requests' included
+    // (docs/operators.md, "Rates over the last hour"); a failure is logged.
+    let _ = flusher.await;
+    let _ = stats.flush_stats().await;
     Ok(())
 }
 

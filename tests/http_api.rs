@@ -27,3 +27,5 @@ mod operations;
 mod outcomes;
 #[path = "http_api/receipts.rs"]
 mod receipts;
+#[path = "http_api/stats.rs"]
+mod stats;

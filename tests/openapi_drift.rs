@@ -71,6 +71,7 @@ fn every_documented_operation_has_a_stable_dotted_id_and_problem_errors() {
         "v1.receipts.cancel",
         "v1.bulk.act",
         "v1.status.get",
+        "v1.stats.get",
         "v1.info.get",
         "v1.history.list",
         "health.alive",

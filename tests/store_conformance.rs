@@ -33,3 +33,5 @@ mod counts;
 mod actions;
 #[path = "conformance/feed.rs"]
 mod feed;
+#[path = "conformance/stats.rs"]
+mod stats;

@@ -15,6 +15,7 @@ pub mod origin;
 mod outcomes;
 mod receipts;
 mod spec;
+pub mod stats;
 mod strict_json;
 mod waiting;
 pub mod wire;
@@ -61,6 +62,8 @@ pub struct AppState {
     allowed_hosts: origin::AllowedHosts,
     metrics: metrics::SharedMetrics,
     waits: Arc<waiting::Waits>,
+    stats: Arc<stats::Recorder>,
+    stats_every: Duration,
 }
 
 impl AppState {
@@ -83,7 +86,29 @@ impl AppState {
             allowed_hosts: origin::AllowedHosts::loopback(),
             metrics: Arc::default(),
             waits: Arc::default(),
+            stats: Arc::default(),
+            stats_every: stats::FLUSH_EVERY,
         }
+    }
+
+    /// Add this server's rate counts to the database every `every`
+    /// (default [`stats::FLUSH_EVERY`]) while it serves.
+    #[must_use]
+    pub fn with_stats_every(mut self, every: Duration) -> Self {
+        self.stats_every = every;
+        self
+    }
+
+    /// How often this server adds its rate counts to the database.
+    #[must_use]
+    pub const fn stats_every(&self) -> Duration {
+        self.stats_every
+    }
+
+    /// Add this server's rate counts to the database now (the server does
+    /// it every [`Self::stats_every`] and once more when it stops).
+    pub async fn flush_stats(&self) -> crate::store::StoreResult<()> {
+        stats::flush(self).await
     }
 
     /// Require these bearer tokens on `/v1` (none: anonymous access).
@@ -112,19 +137,30 @@ impl AppState {
         result.map_err(|e| {
             if e.class() == crate::domain::SettlementRouteErrorClass::Conflict {
                 self.metrics.conflict();
+                self.tally(&crate::store::StatsCounts {
+                    conflicts: 1,
+                    ..Default::default()
+                });
             }
             ApiError::from(e)
         })
     }
 
-    /// [`Self::checked`], counting committed routes too.
+    /// [`Self::checked`], counting the committed route of `input` too.
     fn count(
         &self,
         result: crate::store::StoreResult<crate::domain::SettlementRoute>,
+        input: &crate::domain::SettlementRoutingInput,
     ) -> Result<crate::domain::SettlementRoute, ApiError> {
         let route = self.checked(result)?;
         self.metrics.routed(&route);
+        self.tally(&stats::routed(input, &route));
         Ok(route)
+    }
+
+    /// Count `delta` in the rates of the current minute (`GET /v1/stats`).
+    fn tally(&self, delta: &crate::store::StatsCounts) {
+        self.stats.add(self.now(), delta);
     }
 
     fn shutting_down(&self) -> bool {
@@ -167,6 +203,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(actions::routes())
         .merge(ops::routes())
         .merge(history_feed::routes())
+        .merge(stats::routes())
 }
 
 /// The OpenAPI document as YAML: what `openapi.yaml` holds and `/openapi.yaml`

@@ -47,7 +47,7 @@ async fn record_one(
         .store
         .record_claimed_outcome(&claim, &outcome, app.policy, app.now())
         .await;
-    Ok(Json(app.count(route)?))
+    Ok(Json(app.count(route, &outcome)?))
 }
 
 /// A batch of outcomes.
@@ -106,8 +106,8 @@ async fn record_batch(
             .record_claimed_outcomes(&pairs, app.policy, app.now())
             .await?
     };
-    for (index, result) in indexes.into_iter().zip(routed) {
-        match app.count(result) {
+    for ((index, result), (_, input)) in indexes.into_iter().zip(routed).zip(&pairs) {
+        match app.count(result, input) {
             Ok(route) => results[index].route = Some(route),
             Err(e) => results[index].error = Some(e.problem()),
         }

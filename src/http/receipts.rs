@@ -12,7 +12,7 @@ use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
 use super::wire::{self, ReceiptIn};
-use crate::store::{Enqueued, ReceiptView};
+use crate::store::{Enqueued, ReceiptView, StatsCounts};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -41,7 +41,13 @@ async fn enqueue(
     let receipt = body.parse()?;
     let now = app.now();
     let status = match app.store.enqueue_one(&receipt, now).await? {
-        Enqueued::Created => StatusCode::CREATED,
+        Enqueued::Created => {
+            app.tally(&StatsCounts {
+                enqueued: 1,
+                ..Default::default()
+            });
+            StatusCode::CREATED
+        }
         Enqueued::Existing => StatusCode::OK,
         Enqueued::Conflict => {
             return Err(ApiError::conflict(
@@ -132,6 +138,13 @@ async fn enqueue_batch(
     } else {
         app.store.enqueue(&receipts, app.now()).await?
     };
+    let created = outcomes.iter().filter(|o| **o == Enqueued::Created).count();
+    if created > 0 {
+        app.tally(&StatsCounts {
+            enqueued: created as u64,
+            ..Default::default()
+        });
+    }
     for (index, outcome) in indexes.into_iter().zip(outcomes) {
         let result = &mut results[index];
         match outcome {

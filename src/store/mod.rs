@@ -9,6 +9,7 @@ pub mod postgres;
 mod rows;
 mod rules;
 pub mod sqlite;
+mod stats;
 mod views;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::sync::Notify;
 pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
 pub use connect::open_store;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
+pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute_of};
 pub use views::*;
 
 use crate::domain::{
@@ -200,6 +202,17 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// it. `Expired` when retention deleted entries after `start` that the
     /// caller never read; `purge_finished` records how far it deleted.
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead>;
+
+    // Rates over the last hour (`GET /v1/stats`, src/store/stats.rs).
+
+    /// Add one server's counts to the per-minute series, in one transaction:
+    /// counters add to what is stored (so calls and servers sum up), a
+    /// minute's `depth` becomes the latest sample given (`None` keeps it);
+    /// then minutes before `keep_from_ms` are deleted.
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()>;
+
+    /// The stored minutes with `minute_ms` in `[from_ms, to_ms)`, oldest first.
+    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>>;
 }
 
 /// Convenience wrappers kept out of the trait so it stays small and object-safe.

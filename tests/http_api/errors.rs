@@ -156,6 +156,12 @@ impl SettlementOutcomeStore for BrokenStore {
     fn lease_expiries_observed(&self) -> u64 {
         0
     }
+    async fn add_stats(&self, _: &[StatsMinute], _: u64) -> StoreResult<()> {
+        down()
+    }
+    async fn stats(&self, _: u64, _: u64) -> StoreResult<Vec<StatsMinute>> {
+        down()
+    }
 }
 
 #[tokio::test]
@@ -226,6 +232,7 @@ async fn a_failing_database_answers_503_backend_without_internals() {
         (Method::GET, "/v1/dead-letters/r", None),
         (Method::POST, "/v1/dead-letters/r/redrive", None),
         (Method::GET, "/v1/status", None),
+        (Method::GET, "/v1/stats", None),
         (Method::GET, "/metrics", None),
     ];
     for (method, path, body) in calls {

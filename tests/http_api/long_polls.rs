@@ -112,6 +112,12 @@ impl SettlementOutcomeStore for Counting {
     fn lease_expiries_observed(&self) -> u64 {
         self.inner.lease_expiries_observed()
     }
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+        self.inner.add_stats(minutes, keep_from_ms).await
+    }
+    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+        self.inner.stats(from_ms, to_ms).await
+    }
 }
 
 async fn many_waiting_polls_cost_few_looks_and_keep_their_wait(fresh: Fresh) {

@@ -23,6 +23,7 @@ mod listen;
 mod outcome;
 mod read;
 mod schema;
+mod stats;
 mod write;
 
 pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
@@ -428,5 +429,14 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
         self.bounded(self.feed_page(start, limit)).await
+    }
+
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+        self.bounded(self.add_stat_minutes(minutes, keep_from_ms))
+            .await
+    }
+
+    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+        self.bounded(self.stat_minutes(from_ms, to_ms)).await
     }
 }

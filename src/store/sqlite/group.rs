@@ -17,7 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -30,6 +30,12 @@ use crate::store::{Enqueued, StoreResult};
 const MAX_GROUP: usize = 512;
 /// Most items (outcomes, receipts…) in one commit; a larger group waits.
 const MAX_ITEMS: usize = 16_384;
+/// After a group failed to begin or commit (the database locked by another
+/// process, a full disk), background writes alone do not start a group for
+/// this long: each would hold the writer for up to the busy timeout, and a
+/// request queued behind it would wait twice as long for its answer. They
+/// still ride along with requests' groups.
+const BACKGROUND_PAUSE: Duration = Duration::from_secs(30);
 
 /// A sender of the answer to one request, fired after the commit.
 type Finish = Box<dyn FnOnce(Option<&SettlementRouteError>) + Send>;
@@ -48,6 +54,8 @@ enum Job {
     Extend(Batch<ExtendItem, StoreResult<SettlementAttemptClaim>>),
     Release(Batch<ReleaseItem, StoreResult<()>>),
     Solo(Solo),
+    /// A solo write nobody waits on (the rates of `GET /v1/stats`).
+    Background(Solo),
 }
 
 impl Job {
@@ -57,7 +65,7 @@ impl Job {
             Self::Outcomes(b) => b.items.len(),
             Self::Extend(b) => b.items.len(),
             Self::Release(b) => b.items.len(),
-            Self::Solo(_) => 1,
+            Self::Solo(_) | Self::Background(_) => 1,
         }
     }
 }
@@ -170,18 +178,46 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let job: Solo = Box::new(move |conn| {
-            let result = in_savepoint(conn, "solo", op);
-            Box::new(move |failed: Option<&SettlementRouteError>| {
-                let _ = reply.send(match failed {
-                    None => result,
-                    Some(e) => Err(e.clone()),
-                });
-            })
-        });
+        let (job, answer) = solo_job(op);
         self.submit(Job::Solo(job), answer).await
     }
+
+    /// [`Self::solo`] for a background write: while the database is failing
+    /// it is refused rather than run alone (see [`BACKGROUND_PAUSE`]).
+    pub async fn background<F>(&self, op: F) -> StoreResult<()>
+    where
+        F: FnOnce(&Connection) -> StoreResult<()> + Send + 'static,
+    {
+        let (job, answer) = solo_job(op);
+        self.jobs
+            .send(Job::Background(job))
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| {
+            SettlementRouteError::backend(
+                "background write deferred: the database failed the last write",
+            )
+        })?
+    }
+}
+
+/// A solo job running `op`, and where its answer arrives.
+fn solo_job<T, F>(op: F) -> (Solo, oneshot::Receiver<StoreResult<T>>)
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+{
+    let (reply, answer) = oneshot::channel();
+    let job: Solo = Box::new(move |conn| {
+        let result = in_savepoint(conn, "solo", op);
+        Box::new(move |failed: Option<&SettlementRouteError>| {
+            let _ = reply.send(match failed {
+                None => result,
+                Some(e) => Err(e.clone()),
+            });
+        })
+    });
+    (job, answer)
 }
 
 fn lost() -> SettlementRouteError {
@@ -290,6 +326,7 @@ fn run(
     mut jobs: mpsc::Receiver<Job>,
     merged: &AtomicU64,
 ) {
+    let mut failed_at: Option<Instant> = None;
     while let Some(first) = jobs.blocking_recv() {
         let mut size = first.size();
         let mut group = vec![first];
@@ -302,6 +339,12 @@ fn run(
                 Err(_) => break,
             }
         }
+        let background_only = group.iter().all(|j| matches!(j, Job::Background(_)));
+        if background_only && failed_at.is_some_and(|t| t.elapsed() < BACKGROUND_PAUSE) {
+            // Dropped: their callers hear that the write was deferred.
+            drop(group);
+            continue;
+        }
         let open = match conn.take() {
             Some(c) => Ok(c),
             None => open(path),
@@ -313,11 +356,14 @@ fn run(
                 // clean.
                 if commit_group(&c, group, merged) {
                     conn = Some(c);
+                    failed_at = None;
                 } else {
+                    failed_at = Some(Instant::now());
                     tracing::warn!("reopening the SQLite writer connection after a failed commit");
                 }
             }
             Err(e) => {
+                failed_at = Some(Instant::now());
                 let finish = fail_all(group);
                 for f in finish {
                     f(Some(&e));
@@ -338,7 +384,7 @@ fn fail_all(group: Vec<Job>) -> Vec<Finish> {
                 Job::Extend(b) => Box::new(move |e| drop(b.reply.send(Err(err(e))))),
                 Job::Release(b) => Box::new(move |e| drop(b.reply.send(Err(err(e))))),
                 // Dropping a solo job drops its reply: the caller sees "stopped".
-                Job::Solo(_) => Box::new(|_| {}),
+                Job::Solo(_) | Job::Background(_) => Box::new(|_| {}),
             }
         })
         .collect()
@@ -371,7 +417,7 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
             Job::Outcomes(b) => outcomes.push(b),
             Job::Extend(b) => extend.push(b),
             Job::Release(b) => release.push(b),
-            Job::Solo(run) => finish.push(run(conn)),
+            Job::Solo(run) | Job::Background(run) => finish.push(run(conn)),
         }
     }
     run_kind(conn, enqueue, write::enqueue, &mut finish, merged);

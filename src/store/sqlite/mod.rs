@@ -6,6 +6,7 @@ mod feed;
 mod group;
 mod lookup;
 mod read;
+mod stats;
 mod write;
 
 use std::str::FromStr;
@@ -332,8 +333,27 @@ impl SettlementOutcomeStore for SqliteStore {
         tx.commit().await?;
         Ok(read)
     }
+
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+        let keep_from = to_i64(keep_from_ms, "keep_from_ms")?;
+        let minutes = minutes.to_vec();
+        self.writer
+            .background(move |conn| stats::add(conn, &minutes, keep_from))
+            .await
+    }
+
+    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+        stats::read(
+            &self.reader,
+            to_i64(from_ms, "from_ms")?,
+            to_i64(to_ms, "to_ms")?,
+        )
+        .await
+    }
 }
 
+#[cfg(test)]
+mod background_tests;
 #[cfg(test)]
 mod merge_tests;
 #[cfg(test)]

@@ -1,0 +1,250 @@
+//! Rates over the last hour (docs/operators.md, "Rates over the last hour").
+//!
+//! Nothing is added to the writes of receipts: the handlers that already
+//! count committed writes for `/metrics` also add them, in memory, to this
+//! server's counts of the current minute ([`Recorder`]). Every
+//! [`FLUSH_EVERY`] (and on shutdown, and before answering `GET /v1/stats`)
+//! the counts are added to the database's per-minute table, where the
+//! replicas of one database sum up. A crash loses at most the counts of the
+//! last interval: these are statistics, not the ledger.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::error::{ApiError, Problem, ProblemCode};
+use super::extract::ApiQuery;
+use crate::domain::{SettlementRoute, SettlementRoutingInput};
+use crate::store::{
+    STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, StoreResult, minute_of,
+};
+
+/// How often a server adds its counts to the database.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
+
+/// Minutes served: the last hour.
+pub const MAX_MINUTES: u64 = 60;
+
+/// Counts not yet in the database, by minute, and what the flushes share.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    pending: Mutex<BTreeMap<u64, StatsCounts>>,
+    /// One flush at a time: a read that flushes first then sees everything
+    /// this server counted before it, even counts a periodic flush holds.
+    flushing: tokio::sync::Mutex<Flushed>,
+}
+
+/// What the last flush wrote.
+#[derive(Debug, Default)]
+struct Flushed {
+    /// `(minute_ms, depth)` of the last depth sample written.
+    depth: Option<(u64, u64)>,
+    /// The last flush failed (logged once until one succeeds again).
+    failing: bool,
+}
+
+impl Recorder {
+    /// Count `delta` in the minute of `now_ms` (a lock held for an addition).
+    pub fn add(&self, now_ms: u64, delta: &StatsCounts) {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(minute_of(now_ms))
+            .or_default()
+            .add(delta);
+    }
+
+    fn take(&self) -> BTreeMap<u64, StatsCounts> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Put counts that could not be written back, to go with the next flush.
+    fn restore(&self, counts: BTreeMap<u64, StatsCounts>) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        for (minute, delta) in counts {
+            pending.entry(minute).or_default().add(&delta);
+        }
+    }
+}
+
+/// What one committed outcome counts as.
+#[must_use]
+pub fn routed(input: &SettlementRoutingInput, route: &SettlementRoute) -> StatsCounts {
+    let mut delta = StatsCounts::default();
+    match (route, input) {
+        (SettlementRoute::NoAction, SettlementRoutingInput::Skipped { .. }) => delta.skipped = 1,
+        (SettlementRoute::NoAction, _) => delta.settled = 1,
+        (SettlementRoute::RetryScheduled { .. }, _) => delta.retried = 1,
+        (SettlementRoute::DeadLettered { .. }, _) => delta.dead_lettered = 1,
+    }
+    delta
+}
+
+/// Add this server's counts to the database, with a sample of the queue
+/// depth for the current minute, and delete minutes older than
+/// [`STATS_KEEP_MS`]. Counts that could not be written are kept for the
+/// next flush. An idle server writes once a minute (its depth sample).
+pub async fn flush(app: &AppState) -> StoreResult<()> {
+    let mut flushed = app.stats.flushing.lock().await;
+    let now = app.now();
+    let minute = minute_of(now);
+    // The depth is a sample: when it cannot be read, the counts still go.
+    let depth = app.store.status(now, 0).await.ok().map(|status| {
+        let c = status.counts;
+        c.pending + c.leased + c.retry_scheduled
+    });
+    let counts = app.stats.take();
+    let new_depth = depth.filter(|d| flushed.depth != Some((minute, *d)));
+    if counts.is_empty() && new_depth.is_none() {
+        return Ok(());
+    }
+    let mut minutes: Vec<StatsMinute> = counts
+        .iter()
+        .map(|(&minute_ms, &counts)| StatsMinute {
+            minute_ms,
+            counts,
+            depth: None,
+        })
+        .collect();
+    if let Some(depth) = new_depth {
+        match minutes.iter_mut().find(|m| m.minute_ms == minute) {
+            Some(m) => m.depth = Some(depth),
+            None => minutes.push(StatsMinute {
+                minute_ms: minute,
+                counts: StatsCounts::default(),
+                depth: Some(depth),
+            }),
+        }
+    }
+    match app
+        .store
+        .add_stats(&minutes, minute.saturating_sub(STATS_KEEP_MS))
+        .await
+    {
+        Ok(()) => {
+            if let Some(depth) = new_depth {
+                flushed.depth = Some((minute, depth));
+            }
+            if std::mem::take(&mut flushed.failing) {
+                tracing::info!("stats are written again");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            app.stats.restore(counts);
+            if !std::mem::replace(&mut flushed.failing, true) {
+                tracing::warn!(error = %e, "cannot write stats; keeping them for the next try");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Flush every `every` until `stop` turns true (the server then flushes
+/// once more, after its last request).
+pub async fn flush_every(app: AppState, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        // A failure is logged by `flush` and retried at the next tick.
+        let _ = flush(&app).await;
+    }
+}
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(stats))
+}
+
+/// Stats parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StatsQuery {
+    /// Minutes to return, ending with the current one: 1..=60, default 60.
+    #[param(minimum = 1, maximum = 60)]
+    pub minutes: Option<u64>,
+}
+
+/// One minute of the series.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatsMinuteOut {
+    /// Start of the minute (server ms, a multiple of 60000).
+    pub start_ms: u64,
+    #[serde(flatten)]
+    pub counts: StatsCounts,
+    /// Active receipts (pending, leased, retry scheduled) at the last sample
+    /// taken in this minute; null when no server took one (none running).
+    #[schema(required = true)]
+    pub depth: Option<u64>,
+}
+
+/// Per-minute counts, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatsOut {
+    /// Length of each entry: 60000.
+    pub minute_ms: u64,
+    /// The server clock when the series was read; the last entry is the
+    /// current minute, counted up to about now.
+    pub now_ms: u64,
+    /// One entry per minute, oldest first, the current (partial) minute
+    /// last; a minute nothing was counted in has zero counts.
+    pub minutes: Vec<StatsMinuteOut>,
+}
+
+/// Rates over the last hour, summed over every server of this database.
+///
+/// Counts of this server are current; those of other servers of the same
+/// database may lag by a few seconds (they add theirs every 2 s).
+#[utoipa::path(get, path = "/v1/stats", operation_id = "v1.stats.get", tag = "operations",
+    params(StatsQuery),
+    responses(
+        (status = 200, description = "The series", body = StatsOut),
+        (status = 422, description = "Bad `minutes`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn stats(
+    State(app): State<AppState>,
+    ApiQuery(query): ApiQuery<StatsQuery>,
+) -> Result<Json<StatsOut>, ApiError> {
+    let count = query.minutes.unwrap_or(MAX_MINUTES);
+    if count == 0 || count > MAX_MINUTES {
+        return Err(ApiError::validation(
+            ProblemCode::InvalidQuery,
+            "minutes must be 1..=60",
+        ));
+    }
+    // This server's own counts first; a failure leaves them for the next
+    // flush and shows in the read below.
+    let _ = flush(&app).await;
+    let now = app.now();
+    let end = minute_of(now) + STATS_MINUTE_MS;
+    let start = end.saturating_sub(count * STATS_MINUTE_MS);
+    let stored = app.store.stats(start, end).await?;
+    let mut stored = stored.into_iter().peekable();
+    let minutes = (start..end)
+        .step_by(STATS_MINUTE_MS as usize)
+        .map(|start_ms| {
+            while stored.next_if(|m| m.minute_ms < start_ms).is_some() {}
+            let row = stored.next_if(|m| m.minute_ms == start_ms);
+            StatsMinuteOut {
+                start_ms,
+                counts: row.map(|m| m.counts).unwrap_or_default(),
+                depth: row.and_then(|m| m.depth),
+            }
+        })
+        .collect();
+    Ok(Json(StatsOut {
+        minute_ms: STATS_MINUTE_MS,
+        now_ms: now,
+        minutes,
+    }))
+}
