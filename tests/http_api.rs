@@ -21,5 +21,7 @@ mod metrics;
 mod operations;
 #[path = "http_api/outcomes.rs"]
 mod outcomes;
+#[path = "http_api/receipt_search.rs"]
+mod receipt_search;
 #[path = "http_api/receipts.rs"]
 mod receipts;

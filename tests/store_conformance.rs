@@ -28,3 +28,6 @@ mod views;
 
 #[path = "conformance/counts.rs"]
 mod counts;
+
+#[path = "conformance/search.rs"]
+mod search;

@@ -6,6 +6,7 @@ mod explain;
 pub mod postgres;
 mod rows;
 mod rules;
+pub mod search;
 pub mod sqlite;
 mod views;
 
@@ -15,6 +16,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 pub use connect::open_store;
+pub use search::{ReceiptFilter, SearchOrder, SearchPage, SearchResults};
 pub use views::*;
 
 use crate::domain::{
@@ -180,6 +182,20 @@ pub trait SettlementOutcomeStore: Send + Sync {
 
     /// Leases found expired when their receipt was claimed again, since start.
     fn lease_expiries_observed(&self) -> u64;
+
+    // Find receipts (`GET /v1/receipts`, src/store/search.rs).
+
+    /// A page of the receipts matching `filter` at `now_ms`, in
+    /// `(finalized_at, receipt_id)` order, from one snapshot. Examines a
+    /// bounded number of index entries: the page may hold fewer than
+    /// `page.limit` receipts while `next` is set; `next` is `None` only when
+    /// no match is left.
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults>;
 }
 
 /// Convenience wrappers kept out of the trait so it stays small and object-safe.

@@ -146,6 +146,14 @@ impl SettlementOutcomeStore for BrokenStore {
     fn lease_expiries_observed(&self) -> u64 {
         0
     }
+    async fn find_receipts(
+        &self,
+        _: &ReceiptFilter,
+        _: &SearchPage,
+        _: u64,
+    ) -> StoreResult<SearchResults> {
+        down()
+    }
 }
 
 #[tokio::test]

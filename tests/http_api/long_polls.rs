@@ -102,6 +102,14 @@ impl SettlementOutcomeStore for Counting {
     fn lease_expiries_observed(&self) -> u64 {
         self.inner.lease_expiries_observed()
     }
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now: u64,
+    ) -> StoreResult<SearchResults> {
+        self.inner.find_receipts(filter, page, now).await
+    }
 }
 
 async fn many_waiting_polls_cost_few_looks_and_keep_their_wait(fresh: Fresh) {

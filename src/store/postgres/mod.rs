@@ -21,6 +21,7 @@ mod listen;
 mod outcome;
 mod read;
 mod schema;
+mod search;
 mod write;
 
 pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
@@ -427,5 +428,14 @@ impl SettlementOutcomeStore for PostgresStore {
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
+    }
+
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults> {
+        self.bounded(self.find_page(filter, page, now_ms)).await
     }
 }

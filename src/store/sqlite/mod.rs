@@ -5,6 +5,7 @@
 mod group;
 mod lookup;
 mod read;
+mod search;
 mod write;
 
 use std::str::FromStr;
@@ -316,6 +317,15 @@ impl SettlementOutcomeStore for SqliteStore {
 
     fn lease_expiries_observed(&self) -> u64 {
         self.expiries.load(Ordering::Relaxed)
+    }
+
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults> {
+        search::find(&self.reader, filter, page, to_i64(now_ms, "now_ms")?).await
     }
 }
 
