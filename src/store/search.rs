@@ -166,8 +166,18 @@ impl ReceiptFilter {
     }
 
     /// The index ranges that can hold a match (none: nothing can match).
+    /// A failure code is one range of `receipts_failed`, which holds only
+    /// rows that failed once; every other filter is then checked on its rows.
     #[must_use]
     pub fn sources(&self) -> Vec<Source> {
+        let by_state = self.state_sources();
+        match self.code {
+            Some(code) if !by_state.is_empty() => vec![Source::Failed(code)],
+            _ => by_state,
+        }
+    }
+
+    fn state_sources(&self) -> Vec<Source> {
         let finished = [
             Source::Finished("settled"),
             Source::Finished("skipped"),
@@ -202,6 +212,12 @@ impl ReceiptFilter {
     /// (so that a page may need to examine more rows than it returns).
     #[must_use]
     pub fn checks_rows(&self) -> bool {
+        if self.code.is_some() {
+            return self.state.is_some()
+                || self.owner.is_some()
+                || self.prefix.is_some()
+                || self.finished_ms.is_bounded();
+        }
         self.state == Some(StateFilter::Scheduled)
             || self.code.is_some()
             || self.prefix.is_some()
@@ -296,6 +312,8 @@ pub enum Source {
     Leases,
     /// Finished with this status (`receipts_by_status`).
     Finished(&'static str),
+    /// Last failed with this code (`receipts_failed`).
+    Failed(SettlementFailureCode),
 }
 
 /// The columns a search reads, as a [`ReceiptRow`] (no observation, no token).
@@ -342,20 +360,60 @@ impl Builder {
     }
 }
 
-/// The statement reading up to `budget` rows of `source` in page order.
+/// The one statement reading the first `budget` rows of every source
+/// merged, in page order; `None` when no source can hold a match. The
+/// sources are `UNION ALL` arms under one `ORDER BY … LIMIT`: each arm is an
+/// index range already in that order, so both databases merge them lazily
+/// and stop after `budget` rows in all (SQLite: `MERGE (UNION ALL)`;
+/// PostgreSQL: `Merge Append` under `Limit`, checked with `EXPLAIN ANALYZE`).
 pub fn statement(
     dialect: Dialect,
-    source: Source,
     filter: &ReceiptFilter,
     page: &SearchPage,
     now: i64,
     budget: usize,
-) -> StoreResult<Statement> {
+) -> StoreResult<Option<Statement>> {
+    let sources = filter.sources();
+    if sources.is_empty() {
+        return Ok(None);
+    }
     let mut b = Builder {
         dialect,
         binds: Vec::new(),
     };
-    let sqlite = dialect == Dialect::Sqlite;
+    let direction = match page.order {
+        SearchOrder::Oldest => "ASC",
+        SearchOrder::Newest => "DESC",
+    };
+    // A literal, not a parameter: a plan cached for any limit could sort
+    // every row instead of merging.
+    let order = format!("ORDER BY finalized_at {direction}, receipt_id {direction} LIMIT {budget}");
+    let several = sources.len() > 1;
+    let mut arms = Vec::new();
+    for source in sources {
+        let arm = arm(&mut b, source, filter, page, now)?;
+        arms.push(match dialect {
+            // PostgreSQL merges arms lazily (`Merge Append`) only when each
+            // is ordered and limited itself; otherwise it sorts them all.
+            Dialect::Postgres if several => format!("({arm} {order})"),
+            _ => arm,
+        });
+    }
+    let sql = format!("{} {order}", arms.join(" UNION ALL "));
+    Ok(Some(Statement {
+        sql,
+        binds: b.binds,
+    }))
+}
+
+/// One source's rows after the page's start, as a `SELECT` without order.
+fn arm(
+    b: &mut Builder,
+    source: Source,
+    filter: &ReceiptFilter,
+    page: &SearchPage,
+    now: i64,
+) -> StoreResult<String> {
     // Each predicate repeats its index's own word for word (SQLite uses a
     // partial index only then).
     let (index, mut conditions) = match source {
@@ -375,9 +433,18 @@ pub fn statement(
             "receipts_by_status",
             vec![format!("status = '{status}' AND status <> 'active'")],
         ),
+        Source::Failed(code) => {
+            let code = b.push(Bind::Text(code.as_str().to_owned()));
+            (
+                "receipts_failed",
+                vec![format!(
+                    "failure_code = {code} AND failure_code IS NOT NULL"
+                )],
+            )
+        }
     };
-    // Active sources skip live leases unless every state is asked for;
-    // stepping over them costs at most the leases handed out.
+    // Active sources skip live leases when a state without them is asked
+    // for; stepping over them costs at most the leases handed out.
     let skip_leases = matches!(source, Source::Fresh | Source::Retried)
         && matches!(
             filter.state,
@@ -400,9 +467,9 @@ pub fn statement(
         SearchOrder::Oldest => (filter.finalized.from, filter.finalized.to),
         SearchOrder::Newest => (filter.finalized.to, filter.finalized.from),
     };
-    let (after_op, before_op, bound_op, direction) = match page.order {
-        SearchOrder::Oldest => (">", ">=", "<", "ASC"),
-        SearchOrder::Newest => ("<", "<", ">=", "DESC"),
+    let (after_op, before_op, bound_op) = match page.order {
+        SearchOrder::Oldest => (">", ">=", "<"),
+        SearchOrder::Newest => ("<", "<", ">="),
     };
     if let Some(after) = &page.after {
         let at = b.push(Bind::Int(to_i64(after.finalized_at, "cursor")?));
@@ -418,21 +485,14 @@ pub fn statement(
         let end = b.push(Bind::Int(to_i64(end, "finalized range")?));
         conditions.push(format!("finalized_at {bound_op} {end}"));
     }
-    let limit = b.push(Bind::Int(i64::try_from(budget).unwrap_or(i64::MAX)));
-    let indexed = if sqlite {
-        format!(" INDEXED BY {index}")
-    } else {
-        String::new()
+    let indexed = match b.dialect {
+        Dialect::Sqlite => format!(" INDEXED BY {index}"),
+        Dialect::Postgres => String::new(),
     };
-    let sql = format!(
-        "SELECT {SEARCH_COLUMNS} FROM receipts{indexed} WHERE {} \
-         ORDER BY finalized_at {direction}, receipt_id {direction} LIMIT {limit}",
+    Ok(format!(
+        "SELECT {SEARCH_COLUMNS} FROM receipts{indexed} WHERE {}",
         conditions.join(" AND ")
-    );
-    Ok(Statement {
-        sql,
-        binds: b.binds,
-    })
+    ))
 }
 
 fn key(row: &ReceiptRow) -> StoreResult<SearchKey> {
@@ -459,31 +519,20 @@ fn found(row: &ReceiptRow, now: i64) -> StoreResult<FoundReceipt> {
     })
 }
 
-/// The page from what each source returned (each in page order, at most
-/// `budget` rows): the sources merged, the first `budget` rows examined,
-/// the matches kept up to `limit`, and where the next page starts.
+/// The page from the rows [`statement`] read (the first `budget` in page
+/// order): the matches kept up to `limit`, and where the next page starts.
 pub fn assemble(
     filter: &ReceiptFilter,
     page: &SearchPage,
     now: i64,
     budget: usize,
-    per_source: Vec<Vec<ReceiptRow>>,
+    rows: Vec<ReceiptRow>,
 ) -> StoreResult<SearchResults> {
-    // A source that filled its budget may hold more rows.
-    let mut more = per_source.iter().any(|rows| rows.len() >= budget);
-    let mut merged = Vec::with_capacity(per_source.iter().map(Vec::len).sum());
-    for rows in per_source {
-        for row in rows {
-            merged.push((key(&row)?, row));
-        }
-    }
-    merged.sort_by(|a, b| match page.order {
-        SearchOrder::Oldest => a.0.cmp(&b.0),
-        SearchOrder::Newest => b.0.cmp(&a.0),
-    });
-    if merged.len() > budget {
-        merged.truncate(budget);
-        more = true;
+    // A full read may have left rows behind.
+    let more = rows.len() >= budget;
+    let mut merged = Vec::with_capacity(rows.len());
+    for row in rows {
+        merged.push((key(&row)?, row));
     }
     let mut receipts = Vec::new();
     let mut last_examined = None;
@@ -552,6 +601,18 @@ mod tests {
             ..finished
         };
         assert!(finished_pending.sources().is_empty());
+        let code = ReceiptFilter {
+            code: Some(SettlementFailureCode::Rpc),
+            ..ReceiptFilter::default()
+        };
+        assert_eq!(code.sources(), [Source::Failed(SettlementFailureCode::Rpc)]);
+        assert!(!code.checks_rows());
+        let code_and_owner_pending = ReceiptFilter {
+            owner: Some("w".into()),
+            state: Some(StateFilter::Pending),
+            ..code
+        };
+        assert!(code_and_owner_pending.sources().is_empty());
     }
 
     #[test]
@@ -571,7 +632,9 @@ mod tests {
                 receipt_id: "r".into(),
             }),
         };
-        let s = statement(Dialect::Sqlite, Source::Fresh, &filter, &page, 0, 6).unwrap();
+        let s = statement(Dialect::Sqlite, &filter, &page, 0, 6)
+            .unwrap()
+            .unwrap();
         assert!(
             s.sql.contains("(finalized_at, receipt_id) < (?1, ?2)"),
             "{}",
@@ -579,6 +642,6 @@ mod tests {
         );
         assert!(s.sql.contains("finalized_at >= ?3"), "{}", s.sql);
         assert!(!s.sql.contains("finalized_at < ?"), "{}", s.sql);
-        assert_eq!(s.binds.len(), 4);
+        assert_eq!(s.sql.matches(" UNION ALL ").count(), 4, "{}", s.sql);
     }
 }

@@ -1,8 +1,8 @@
-//! Finding receipts: each index range of the plan (src/store/search.rs)
-//! read from one snapshot, as on SQLite.
+//! Finding receipts: the plan's one statement (src/store/search.rs), as on
+//! SQLite.
 
 use super::super::rows::to_i64;
-use super::super::search::{self, Bind, Dialect, Source};
+use super::super::search::{self, Bind, Dialect};
 use super::*;
 
 impl PostgresStore {
@@ -14,15 +14,11 @@ impl PostgresStore {
     ) -> StoreResult<SearchResults> {
         let now = to_i64(now_ms, "now_ms")?;
         let budget = filter.budget(page.limit);
-        let mut tx = self.begin_read().await?;
-        let mut per_source = Vec::new();
-        for source in filter.sources() {
-            // No stored owner holds a NUL, which PostgreSQL text cannot carry.
-            if source == Source::Leases && !filter.owner.as_deref().is_none_or(storable) {
-                per_source.push(Vec::new());
-                continue;
-            }
-            let s = search::statement(Dialect::Postgres, source, filter, page, now, budget)?;
+        let mut rows = Vec::new();
+        // PostgreSQL text cannot carry a NUL, so no stored owner holds one.
+        let owner_storable = filter.owner.as_deref().is_none_or(storable);
+        let statement = search::statement(Dialect::Postgres, filter, page, now, budget)?;
+        if let (Some(s), true) = (statement, owner_storable) {
             let mut query = sqlx::query_as::<_, ReceiptRow>(sqlx::AssertSqlSafe(s.sql));
             for value in s.binds {
                 query = match value {
@@ -30,9 +26,8 @@ impl PostgresStore {
                     Bind::Text(t) => query.bind(t),
                 };
             }
-            per_source.push(query.fetch_all(&mut *tx).await?);
+            rows = query.fetch_all(&self.pool).await?;
         }
-        tx.commit().await?;
-        search::assemble(filter, page, now, budget, per_source)
+        search::assemble(filter, page, now, budget, rows)
     }
 }
