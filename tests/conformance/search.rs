@@ -475,9 +475,68 @@ async fn explain(fresh: &Fresh, sql: &str, binds: &[Bind], sqlite: bool) -> Stri
     lines
 }
 
+/// A receipt keeps its last failure after it settles and after a redrive,
+/// so a search by code still finds it, in its new state.
+async fn a_search_by_code_finds_receipts_that_failed_once(fresh: Fresh) {
+    enqueue_new(&fresh, &[receipt("ok-later"), receipt("redriven")], T0).await;
+    let policy = RetryPolicy::default();
+    let c = claim(&fresh, "ok-later", "w", T0, 1_000).await;
+    record(&fresh, &c, &rpc("flaky"), policy, T0).await.unwrap();
+    let c = claim(&fresh, "ok-later", "w", T0 + 10_000, 1_000).await;
+    record(&fresh, &c, &accepted("tx"), policy, T0 + 10_000)
+        .await
+        .unwrap();
+    let c = claim(&fresh, "redriven", "w", T0, 1_000).await;
+    let code = SettlementFailureCode::InvalidActionHash;
+    record(&fresh, &c, &permanent(code, "x"), policy, T0)
+        .await
+        .unwrap();
+    store(&fresh)
+        .redrive(&rid("redriven"), T0 + 20_000)
+        .await
+        .unwrap()
+        .expect("dead-lettered");
+    let now = T0 + 30_000;
+    let find = |code| ReceiptFilter {
+        code: Some(code),
+        ..ReceiptFilter::default()
+    };
+    let page = SearchPage {
+        order: SearchOrder::Oldest,
+        limit: 10,
+        after: None,
+    };
+    let settled = store(&fresh)
+        .find_receipts(&find(SettlementFailureCode::Rpc), &page, now)
+        .await
+        .unwrap();
+    let states: Vec<_> = settled
+        .receipts
+        .iter()
+        .map(|r| (r.receipt_id.as_str(), r.state))
+        .collect();
+    assert_eq!(states, [("ok-later", ReceiptState::Settled)]);
+    let pending = ReceiptFilter {
+        state: Some(StateFilter::Pending),
+        ..find(code)
+    };
+    let found = store(&fresh)
+        .find_receipts(&pending, &page, now)
+        .await
+        .unwrap();
+    let states: Vec<_> = found
+        .receipts
+        .iter()
+        .map(|r| (r.receipt_id.as_str(), r.state, r.attempts))
+        .collect();
+    assert_eq!(states, [("redriven", ReceiptState::Pending, 0)]);
+    assert_eq!(found.next, None);
+}
+
 crate::on_every_backend!(
     every_filter_pages_through_exactly_what_it_selects,
     a_found_receipt_shows_its_lease_failure_and_finish,
+    a_search_by_code_finds_receipts_that_failed_once,
     a_page_examines_a_bounded_number_of_rows,
     every_search_statement_reads_an_index_range,
 );
