@@ -1,14 +1,18 @@
 //! Finding receipts (`GET /v1/receipts`): the filter, the page asked for,
 //! and the plan both backends run, so that they answer alike.
 //!
-//! Every page walks ranges of existing indexes in `(finalized_at,
-//! receipt_id)` order (see migrations/sqlite/0004_counts.sql): the partial
+//! Every page walks ranges of indexes in `(finalized_at, receipt_id)` order
+//! (migrations/sqlite/0004_counts.sql, 0007_failure_codes.sql): the partial
 //! indexes `receipts_fresh`, `receipts_retried` and `receipts_by_status`
-//! hold every row exactly once in that order, and `receipts_leases` holds
-//! the live leases. The state and the `finalized_at` range are index ranges;
+//! hold every row exactly once in that order, `receipts_leases` holds the
+//! live leases and `receipts_failed` the rows that failed, by code. The
+//! state, the failure code and the `finalized_at` range are index ranges;
 //! the other filters are checked on the rows those ranges yield, at most
 //! [`SCAN_BUDGET`] of them per page, so a page costs the same whatever the
 //! table holds. A page cut short by that bound still carries a cursor.
+//!
+//! [`ReceiptFilter`] says which receipts, apart from paging, so that other
+//! features (actions on many receipts) can select with it too.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -219,12 +223,11 @@ impl ReceiptFilter {
                 || self.finished_ms.is_bounded();
         }
         self.state == Some(StateFilter::Scheduled)
-            || self.code.is_some()
             || self.prefix.is_some()
             || self.finished_ms.is_bounded()
     }
 
-    /// Rows to read from each index range for a page of `limit`.
+    /// Rows a page of `limit` reads at most, from all its index ranges together.
     #[must_use]
     pub fn budget(&self, limit: usize) -> usize {
         if self.checks_rows() {
