@@ -25,6 +25,8 @@ mod metrics;
 mod operations;
 #[path = "http_api/outcomes.rs"]
 mod outcomes;
+#[path = "http_api/receipt_search.rs"]
+mod receipt_search;
 #[path = "http_api/receipts.rs"]
 mod receipts;
 #[path = "http_api/stats.rs"]

@@ -57,6 +57,7 @@ fn every_documented_operation_has_a_stable_dotted_id_and_problem_errors() {
         "v1.receipts.create",
         "v1.receipts.batch",
         "v1.receipts.get",
+        "v1.receipts.find",
         "v1.claims.create",
         "v1.receipts.claim",
         "v1.receipts.outcome",

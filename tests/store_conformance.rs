@@ -33,5 +33,7 @@ mod counts;
 mod actions;
 #[path = "conformance/feed.rs"]
 mod feed;
+#[path = "conformance/search.rs"]
+mod search;
 #[path = "conformance/stats.rs"]
 mod stats;

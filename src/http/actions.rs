@@ -13,10 +13,15 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
+use super::receipt_search::FilterIn;
 use super::wire;
 use crate::domain::ReceiptId;
 use crate::store::actions::MAX_REASON_BYTES;
-use crate::store::{Acted, ActionRefusal, ActionResult, OperatorAction, ReceiptView};
+use crate::store::search::SCAN_BUDGET;
+use crate::store::{
+    Acted, ActionRefusal, ActionResult, OperatorAction, ReceiptFilter, ReceiptView, SearchOrder,
+    SearchPage,
+};
 
 /// Most receipts one bulk request names.
 pub const MAX_BULK_IDS: usize = 1000;
@@ -25,6 +30,10 @@ pub const MAX_BULK_IDS: usize = 1000;
 const CHUNK: usize = 100;
 /// Receipt ids a dry run shows.
 const SAMPLE: usize = 20;
+/// Most receipts a filter may select for one bulk action.
+pub const MAX_SELECTED: usize = 10_000;
+/// Most pages of `GET /v1/receipts` a selection reads.
+const MAX_SELECT_PAGES: usize = 200;
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -199,14 +208,18 @@ async fn cancel(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkIn {
-    /// The receipts to act on: 1..=1000 ids, each judged on its own.
-    pub receipt_ids: Vec<String>,
+    /// The receipts to act on: 1..=1000 ids, each judged on its own. Give
+    /// either this or `filter`.
+    pub receipt_ids: Option<Vec<String>>,
+    /// Select the receipts with the filters of `GET /v1/receipts` instead
+    /// (at most 10 000; `expect_count` is then required, except in a dry run).
+    pub filter: Option<FilterIn>,
     /// Judge every receipt and report what would happen, changing nothing.
     #[serde(default)]
     pub dry_run: bool,
-    /// The number of receipts the operator expects to act on; any other
-    /// number of `receipt_ids` is refused (409 `count_mismatch`) with nothing
-    /// changed.
+    /// The number of receipts the operator expects to act on (as a dry run
+    /// reported it); a selection of any other size is refused (409
+    /// `count_mismatch`) with nothing changed.
     pub expect_count: Option<u64>,
     /// For `hold` (optional) and `cancel` (required): recorded in history.
     pub reason: Option<String>,
@@ -239,7 +252,7 @@ pub struct BulkItem {
 pub struct BulkOut {
     pub action: BulkAction,
     pub dry_run: bool,
-    /// How many receipts were named.
+    /// How many receipts were named or selected.
     pub matched: u64,
     pub done: u64,
     pub unchanged: u64,
@@ -293,6 +306,8 @@ impl BulkAction {
 
 /// Redrive, hold, unhold or cancel many receipts at once.
 ///
+/// The receipts are named (`receipt_ids`, up to 1000) or selected with the
+/// filters of `GET /v1/receipts` (`filter`, up to 10 000, oldest first).
 /// Every receipt is judged on its own, as the single-receipt action would
 /// judge it, and answered item by item. The receipts are changed in
 /// transactions of up to 100: a crash part-way leaves each receipt either
@@ -308,7 +323,7 @@ impl BulkAction {
         (status = 200, description = "Each receipt's result", body = BulkOut),
         (status = 404, description = "No such action", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`expect_count` differs (`count_mismatch`); nothing changed", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid ids, size or reason", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid ids, filter, size or reason; a filter selecting too much (`selection_too_large`)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn bulk(
     State(app): State<AppState>,
@@ -318,25 +333,35 @@ async fn bulk(
 ) -> Result<Json<BulkOut>, ApiError> {
     let kind = BulkAction::parse(&action)?;
     let action = kind.with(body.reason)?;
-    if body.receipt_ids.is_empty() || body.receipt_ids.len() > MAX_BULK_IDS {
-        return Err(ApiError::validation(
-            ProblemCode::BatchSize,
-            "receipt_ids must hold 1..=1000 ids",
-        ));
-    }
-    let ids = body
-        .receipt_ids
-        .iter()
-        .map(|id| wire::parse_receipt_id(id))
-        .collect::<Result<Vec<ReceiptId>, _>>()?;
+    let now = app.now();
+    let ids = match (body.receipt_ids, body.filter) {
+        (Some(ids), None) => named(&ids)?,
+        (None, Some(filter)) => {
+            if body.expect_count.is_none() && !body.dry_run {
+                return Err(ApiError::validation(
+                    ProblemCode::InvalidBody,
+                    "a filter needs expect_count: run it with dry_run first and send the count \
+                     it reported",
+                ));
+            }
+            select(&app, &filter.parse()?, now).await?
+        }
+        _ => {
+            return Err(ApiError::validation(
+                ProblemCode::InvalidBody,
+                "give either receipt_ids or filter",
+            ));
+        }
+    };
     let matched = ids.len() as u64;
     if let Some(expected) = body.expect_count.filter(|n| *n != matched) {
         return Err(ApiError::conflict(
             ProblemCode::CountMismatch,
-            format!("{matched} receipts were named, not the {expected} expected; nothing changed"),
+            format!(
+                "{matched} receipts were selected, not the {expected} expected; nothing changed"
+            ),
         ));
     }
-    let now = app.now();
     let mut results: Vec<ActionResult> = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
         let acted = app
@@ -351,6 +376,61 @@ async fn bulk(
         }
     }
     Ok(Json(summarize(kind, body.dry_run, &ids, results)))
+}
+
+/// The receipts named, parsed.
+fn named(ids: &[String]) -> Result<Vec<ReceiptId>, ApiError> {
+    if ids.is_empty() || ids.len() > MAX_BULK_IDS {
+        return Err(ApiError::validation(
+            ProblemCode::BatchSize,
+            "receipt_ids must hold 1..=1000 ids",
+        ));
+    }
+    ids.iter().map(|id| wire::parse_receipt_id(id)).collect()
+}
+
+/// The receipts `filter` selects at `now`, oldest first, read page by page
+/// (each page a bounded read): at most [`MAX_SELECTED`], and at most
+/// [`MAX_SELECT_PAGES`] pages, so that a filter that must examine most of a
+/// large table is refused rather than left running.
+async fn select(
+    app: &AppState,
+    filter: &ReceiptFilter,
+    now: u64,
+) -> Result<Vec<ReceiptId>, ApiError> {
+    let mut ids = Vec::new();
+    let mut page = SearchPage {
+        order: SearchOrder::Oldest,
+        limit: 500,
+        after: None,
+    };
+    for _ in 0..MAX_SELECT_PAGES {
+        let found = app.store.find_receipts(filter, &page, now).await?;
+        for receipt in found.receipts {
+            let id = ReceiptId::parse(&receipt.receipt_id)
+                .map_err(|_| ApiError::unavailable("a stored receipt id does not parse"))?;
+            ids.push(id);
+        }
+        if ids.len() > MAX_SELECTED {
+            return Err(too_broad(format!(
+                "the filter selects more than {MAX_SELECTED} receipts: narrow it (state, code, \
+                 a finalized range) and act in parts"
+            )));
+        }
+        match found.next {
+            None => return Ok(ids),
+            Some(next) => page.after = Some(next),
+        }
+    }
+    Err(too_broad(format!(
+        "the filter examined {} receipts without reaching the end: narrow it with state, code \
+         or a finalized range",
+        MAX_SELECT_PAGES * SCAN_BUDGET
+    )))
+}
+
+fn too_broad(detail: String) -> ApiError {
+    ApiError::validation(ProblemCode::SelectionTooLarge, detail)
 }
 
 fn summarize(

@@ -72,6 +72,7 @@ pub enum ProblemCode {
     ReceiptNotActive,
     ReceiptFinished,
     CountMismatch,
+    SelectionTooLarge,
     InvalidReason,
     HistoryCursorExpired,
     InvalidRecord,

@@ -13,6 +13,7 @@ mod observe;
 mod ops;
 pub mod origin;
 mod outcomes;
+mod receipt_search;
 mod receipts;
 mod spec;
 pub mod stats;
@@ -197,6 +198,7 @@ struct ApiDoc;
 fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(receipts::routes())
+        .merge(receipt_search::routes())
         .merge(claims::routes())
         .merge(outcomes::routes())
         .merge(dead_letters::routes())

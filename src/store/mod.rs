@@ -8,6 +8,7 @@ mod feed;
 pub mod postgres;
 mod rows;
 mod rules;
+pub mod search;
 pub mod sqlite;
 mod stats;
 mod views;
@@ -20,6 +21,7 @@ use tokio::sync::Notify;
 pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
 pub use connect::open_store;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
+pub use search::{ReceiptFilter, SearchOrder, SearchPage, SearchResults};
 pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute_of};
 pub use views::*;
 
@@ -213,6 +215,20 @@ pub trait SettlementOutcomeStore: Send + Sync {
 
     /// The stored minutes with `minute_ms` in `[from_ms, to_ms)`, oldest first.
     async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>>;
+
+    // Find receipts (`GET /v1/receipts`, src/store/search.rs).
+
+    /// A page of the receipts matching `filter` at `now_ms`, in
+    /// `(finalized_at, receipt_id)` order, from one snapshot. Examines a
+    /// bounded number of index entries: the page may hold fewer than
+    /// `page.limit` receipts while `next` is set; `next` is `None` only when
+    /// no match is left.
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults>;
 }
 
 /// Convenience wrappers kept out of the trait so it stays small and object-safe.

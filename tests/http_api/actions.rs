@@ -203,7 +203,104 @@ async fn bulk_actions_dry_run_then_act_item_by_item(fresh: Fresh) {
     s.stop().await;
 }
 
+async fn bulk_actions_select_by_filter_with_the_count_reviewed(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    for (id, code) in [("d1", "rpc"), ("d2", "rpc"), ("d3", "signature")] {
+        s.enqueue(id).await;
+        let claim = s
+            .post(
+                &format!("/v1/receipts/{id}/claim"),
+                json!({"worker_id": "w", "lease_ms": 1000}),
+            )
+            .await
+            .ok(200)
+            .clone();
+        s.outcome(
+            &claim,
+            json!({"kind": "permanent", "code": code, "detail": "no"}),
+        )
+        .await
+        .ok(200);
+    }
+    s.enqueue("alive").await;
+    let filter = json!({"state": "dead_lettered", "code": "rpc"});
+    let dry = s
+        .post(
+            "/v1/bulk/redrive",
+            json!({"filter": filter, "dry_run": true}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(
+        (&dry["matched"], &dry["sample"]),
+        (&json!(2), &json!(["d1", "d2"]))
+    );
+    // A filter without the count reviewed, or with another, changes nothing.
+    s.post("/v1/bulk/redrive", json!({"filter": filter}))
+        .await
+        .assert_problem(422, "invalid_body", "validation");
+    s.post(
+        "/v1/bulk/redrive",
+        json!({"filter": filter, "expect_count": 1}),
+    )
+    .await
+    .assert_problem(409, "count_mismatch", "conflict");
+    s.post(
+        "/v1/bulk/redrive",
+        json!({"filter": filter, "receipt_ids": ["d1"], "expect_count": 1}),
+    )
+    .await
+    .assert_problem(422, "invalid_body", "validation");
+    s.post(
+        "/v1/bulk/redrive",
+        json!({"filter": {"state": "gone"}, "dry_run": true}),
+    )
+    .await
+    .assert_problem(422, "invalid_body", "validation");
+    assert_eq!(s.receipt("d1").await["state"], "dead_lettered");
+    let done = s
+        .post(
+            "/v1/bulk/redrive",
+            json!({"filter": filter, "expect_count": 2}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(done["done"], 2);
+    assert_eq!(s.receipt("d1").await["state"], "pending");
+    assert_eq!(s.receipt("d3").await["state"], "dead_lettered");
+    // Held receipts can be found, and unheld in bulk by that filter.
+    s.post("/v1/bulk/hold", json!({"receipt_ids": ["d1", "alive"]}))
+        .await
+        .ok(200);
+    let held = s
+        .get("/v1/receipts?held=true&order=oldest")
+        .await
+        .ok(200)
+        .clone();
+    let ids: Vec<_> = held["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["receipt_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2, "{held}");
+    assert!(held["receipts"][0]["held_at_ms"].is_u64());
+    let unheld = s
+        .post(
+            "/v1/bulk/unhold",
+            json!({"filter": {"held": true}, "expect_count": 2}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(unheld["done"], 2);
+    s.stop().await;
+}
+
 crate::on_every_backend!(
+    bulk_actions_select_by_filter_with_the_count_reviewed,
     hold_unhold_and_cancel_one_receipt,
     a_leased_receipt_cannot_be_canceled,
     bulk_actions_dry_run_then_act_item_by_item,

@@ -162,6 +162,14 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn stats(&self, _: u64, _: u64) -> StoreResult<Vec<StatsMinute>> {
         down()
     }
+    async fn find_receipts(
+        &self,
+        _: &ReceiptFilter,
+        _: &SearchPage,
+        _: u64,
+    ) -> StoreResult<SearchResults> {
+        down()
+    }
 }
 
 #[tokio::test]

@@ -118,6 +118,14 @@ impl SettlementOutcomeStore for Counting {
     async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
         self.inner.stats(from_ms, to_ms).await
     }
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now: u64,
+    ) -> StoreResult<SearchResults> {
+        self.inner.find_receipts(filter, page, now).await
+    }
 }
 
 async fn many_waiting_polls_cost_few_looks_and_keep_their_wait(fresh: Fresh) {

@@ -288,7 +288,7 @@ pub(super) async fn record_outcomes(
     policy: RetryPolicy,
     observed_at_ms: u64,
 ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = begin(pool).await?;
     let fast = record_all(&mut tx, false, outcomes, policy, observed_at_ms).await;
     match fast {
         Ok(Some(results)) => finish(tx, Ok(results)).await,
@@ -296,7 +296,7 @@ pub(super) async fn record_outcomes(
         // transaction: start again with a savepoint per item.
         Ok(None) => {
             tx.rollback().await?;
-            let mut tx = pool.begin().await?;
+            let mut tx = begin(pool).await?;
             let careful = record_all(&mut tx, true, outcomes, policy, observed_at_ms).await;
             let careful = careful.and_then(|r| {
                 r.ok_or_else(|| SettlementRouteError::backend("careful retry asked to retry"))
@@ -315,7 +315,7 @@ pub(super) async fn extend_claim(
     now_ms: u64,
 ) -> StoreResult<SettlementAttemptClaim> {
     let until = rules::lease_deadline(now_ms, extend_ms.get())?;
-    let mut tx = pool.begin().await?;
+    let mut tx = begin(pool).await?;
     let result = extend(&mut tx, claim, now_ms, until).await;
     finish(tx, result).await
 }
@@ -326,7 +326,7 @@ pub(super) async fn release_claim(
     claim: &SettlementAttemptClaim,
     now_ms: u64,
 ) -> StoreResult<()> {
-    let mut tx = pool.begin().await?;
+    let mut tx = begin(pool).await?;
     let result = release(&mut tx, claim, now_ms).await;
     finish(tx, result).await
 }

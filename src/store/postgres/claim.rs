@@ -183,7 +183,7 @@ impl super::batcher::Mergeable for ClaimJob {
 
 /// One claim in a transaction of its own: all or nothing.
 async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<Vec<SettlementAttemptClaim>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = begin(pool).await?;
     let result = claim_batch(
         &mut tx,
         &job.expired,
@@ -232,7 +232,7 @@ async fn claim_merged(
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
-    let mut tx = pool.begin().await?;
+    let mut tx = begin(pool).await?;
     let claims = match lease_due(&mut tx, &jobs[0].expired, &slots, now).await {
         Ok(claims) => claims,
         Err(e @ SettlementRouteError::Backend { .. }) => return finish(tx, Err(e)).await,

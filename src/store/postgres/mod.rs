@@ -23,6 +23,7 @@ mod listen;
 mod outcome;
 mod read;
 mod schema;
+mod search;
 mod stats;
 mod write;
 
@@ -189,16 +190,36 @@ impl PostgresStore {
     }
 
     async fn begin(&self) -> StoreResult<Tx> {
-        Ok(self.pool.begin().await?)
+        begin(&self.pool).await
     }
 
     /// A consistent snapshot for reads that span several statements.
     async fn begin_read(&self) -> StoreResult<Tx> {
-        Ok(self
-            .pool
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await?)
+        begin_with(
+            &self.pool,
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+        )
+        .await
     }
+}
+
+/// A transaction on a pooled connection.
+async fn begin(pool: &PgPool) -> StoreResult<Tx> {
+    begin_with(pool, "BEGIN").await
+}
+
+/// A transaction opened with `statement`, on a task of its own: sqlx 0.9.0
+/// returns a connection to the pool still inside a transaction when the
+/// future of `begin` is dropped during its `BEGIN` round trip (a client that
+/// went away, a time limit), and the next borrower's statements then run in
+/// it (launchbadge/sqlx#4393). On its own task the `BEGIN` always completes,
+/// and a transaction nobody takes is rolled back when dropped.
+async fn begin_with(pool: &PgPool, statement: &'static str) -> StoreResult<Tx> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.begin_with(statement).await })
+        .await
+        .map_err(|e| SettlementRouteError::backend(format!("opening a transaction: {e}")))?
+        .map_err(Into::into)
 }
 
 /// Commit after success; roll back at once after a failure. A dropped
@@ -438,5 +459,14 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
         self.bounded(self.stat_minutes(from_ms, to_ms)).await
+    }
+
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults> {
+        self.bounded(self.find_page(filter, page, now_ms)).await
     }
 }

@@ -465,9 +465,9 @@ async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, boo
             Err(e) => fail_all(e),
         };
     }
-    let mut tx = match pool.begin().await {
+    let mut tx = match begin(pool).await {
         Ok(tx) => tx,
-        Err(e) => return fail_all(e.into()),
+        Err(e) => return fail_all(e),
     };
     match run_in(&mut tx, jobs).await {
         Ok(Some((answers, wakes))) => match finish(tx, Ok(())).await {

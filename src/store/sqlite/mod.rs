@@ -6,6 +6,7 @@ mod feed;
 mod group;
 mod lookup;
 mod read;
+mod search;
 mod stats;
 mod write;
 
@@ -349,6 +350,15 @@ impl SettlementOutcomeStore for SqliteStore {
             to_i64(to_ms, "to_ms")?,
         )
         .await
+    }
+
+    async fn find_receipts(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults> {
+        search::find(&self.reader, filter, page, to_i64(now_ms, "now_ms")?).await
     }
 }
 

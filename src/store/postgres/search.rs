@@ -1,0 +1,33 @@
+//! Finding receipts: the plan's one statement (src/store/search.rs), as on
+//! SQLite.
+
+use super::super::rows::to_i64;
+use super::super::search::{self, Bind, Dialect};
+use super::*;
+
+impl PostgresStore {
+    pub(super) async fn find_page(
+        &self,
+        filter: &ReceiptFilter,
+        page: &SearchPage,
+        now_ms: u64,
+    ) -> StoreResult<SearchResults> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let budget = filter.budget(page.limit);
+        let mut rows = Vec::new();
+        // PostgreSQL text cannot carry a NUL, so no stored owner holds one.
+        let owner_storable = filter.owner.as_deref().is_none_or(storable);
+        let statement = search::statement(Dialect::Postgres, filter, page, now, budget)?;
+        if let (Some(s), true) = (statement, owner_storable) {
+            let mut query = sqlx::query_as::<_, ReceiptRow>(sqlx::AssertSqlSafe(s.sql));
+            for value in s.binds {
+                query = match value {
+                    Bind::Int(v) => query.bind(v),
+                    Bind::Text(t) => query.bind(t),
+                };
+            }
+            rows = query.fetch_all(&self.pool).await?;
+        }
+        search::assemble(filter, page, now, budget, rows)
+    }
+}
