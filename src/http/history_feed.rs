@@ -298,6 +298,37 @@ impl Follow {
 mod tests {
     use super::*;
 
+    /// The request time limit bounds the time to the response head only: a
+    /// body that streams on for longer than the limit is not cut.
+    #[tokio::test(start_paused = true)]
+    async fn the_time_limit_does_not_cut_a_streamed_body() {
+        use axum::body::{Body, Bytes};
+        use tower::ServiceExt;
+
+        let slow_body = || async {
+            let chunks = futures_util::stream::unfold(0, |n| async move {
+                if n == 3 {
+                    return None;
+                }
+                tokio::time::sleep(super::super::REQUEST_TIMEOUT / 2).await;
+                Some((Ok::<_, Infallible>(Bytes::from_static(b"x")), n + 1))
+            });
+            Body::from_stream(chunks)
+        };
+        let router = axum::Router::new()
+            .route("/", axum::routing::get(slow_body))
+            .layer(axum::middleware::from_fn(super::super::time_limit));
+        let request = axum::http::Request::get("/").body(Body::empty()).unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::OK);
+        let started = tokio::time::Instant::now();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"xxx");
+        assert!(started.elapsed() > super::super::REQUEST_TIMEOUT);
+    }
+
     #[test]
     fn streams_are_asked_for_by_accept() {
         let mut headers = HeaderMap::new();
