@@ -113,6 +113,7 @@ async fn a_shared_database_keeps_its_public_schema_untouched() {
         names(&mut db, &tables_in("settled")).await,
         [
             "_sqlx_migrations",
+            "history_horizon",
             "receipt_counts",
             "receipt_history",
             "receipts",
@@ -154,7 +155,7 @@ async fn a_shared_database_keeps_its_public_schema_untouched() {
     let (status, _) = get(format!("{}/v1/receipts/r-1", other.base)).await;
     assert_eq!(status, 404);
     drop(other);
-    assert_eq!(names(&mut db, &tables_in("billing_queue")).await.len(), 5);
+    assert_eq!(names(&mut db, &tables_in("billing_queue")).await.len(), 6);
     assert_eq!(names(&mut db, &tables_in("public")).await, ["app_orders"]);
 }
 
