@@ -559,7 +559,7 @@ async fn crash_and_recover(url: String, dir: &Path) {
     assert_eq!(
         counts,
         json!({"pending": 0, "scheduled": 0, "leased": 0, "retry_scheduled": 0, "settled": total,
-               "skipped": 0, "dead_lettered": 0}),
+               "skipped": 0, "dead_lettered": 0, "canceled": 0}),
         "every acknowledged receipt settled, and nothing else exists"
     );
     let mut by_receipt: BTreeMap<String, Vec<Ack>> = BTreeMap::new();

@@ -176,7 +176,7 @@ async fn seed(api: &Api) {
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2}),
+        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2, "canceled": 0}),
         "seeded counts"
     );
 }

@@ -31,7 +31,8 @@ use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
 use super::metrics::SharedMetrics;
-use crate::store::{FeedEntry, FeedPosition, FeedRead, FeedStart};
+use crate::domain::SettlementRouteError;
+use crate::store::{FeedEntry, FeedPosition, FeedRead, FeedStart, StoreResult};
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 100;
@@ -186,12 +187,29 @@ async fn history(
         return stream(app, start, keep_busy.map(|Extension(k)| k)).await;
     }
     let start = parse_start(query.after.as_deref())?;
-    let (entries, next) = page(app.checked(app.store.history_feed(start, limit).await)?)?;
+    let (entries, next) = page(app.checked(detached(&app, start, limit).await)?)?;
     Ok(Json(FeedPage {
         entries,
         next_cursor: next.to_string(),
     })
     .into_response())
+}
+
+/// One feed read on a task of its own, so that a client going away (which
+/// drops a stream, or a handler, wherever it waits) never drops the read in
+/// the middle of its database transaction: on PostgreSQL that could hand
+/// the pool a connection still inside the read-only transaction, and a
+/// later write on it would fail ("cannot execute … in a read-only
+/// transaction"; seen with streams dropped mid-read).
+async fn detached(app: &AppState, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
+    let store = app.store.clone();
+    tokio::spawn(async move { store.history_feed(start, limit).await })
+        .await
+        .unwrap_or_else(|e| {
+            Err(SettlementRouteError::backend(format!(
+                "the history feed read failed: {e}"
+            )))
+        })
 }
 
 /// Counts an open stream, and keeps its connection busy, while it lives.
@@ -221,8 +239,7 @@ async fn stream(
     start: FeedStart,
     keep_busy: Option<KeepBusy>,
 ) -> Result<Response, ApiError> {
-    let (entries, position) =
-        page(app.checked(app.store.history_feed(start, STREAM_BATCH).await)?)?;
+    let (entries, position) = page(app.checked(detached(&app, start, STREAM_BATCH).await)?)?;
     app.metrics.history_stream_opened();
     let open = Open {
         metrics: app.metrics.clone(),
@@ -263,11 +280,7 @@ impl Follow {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let read = self
-                .app
-                .store
-                .history_feed(FeedStart::After(self.position), STREAM_BATCH)
-                .await;
+            let read = detached(&self.app, FeedStart::After(self.position), STREAM_BATCH).await;
             match read.map(page) {
                 Ok(Ok((entries, next))) if !entries.is_empty() => {
                     self.position = next;
@@ -297,6 +310,37 @@ impl Follow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The request time limit bounds the time to the response head only: a
+    /// body that streams on for longer than the limit is not cut.
+    #[tokio::test(start_paused = true)]
+    async fn the_time_limit_does_not_cut_a_streamed_body() {
+        use axum::body::{Body, Bytes};
+        use tower::ServiceExt;
+
+        let slow_body = || async {
+            let chunks = futures_util::stream::unfold(0, |n| async move {
+                if n == 3 {
+                    return None;
+                }
+                tokio::time::sleep(super::super::REQUEST_TIMEOUT / 2).await;
+                Some((Ok::<_, Infallible>(Bytes::from_static(b"x")), n + 1))
+            });
+            Body::from_stream(chunks)
+        };
+        let router = axum::Router::new()
+            .route("/", axum::routing::get(slow_body))
+            .layer(axum::middleware::from_fn(super::super::time_limit));
+        let request = axum::http::Request::get("/").body(Body::empty()).unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::OK);
+        let started = tokio::time::Instant::now();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"xxx");
+        assert!(started.elapsed() > super::super::REQUEST_TIMEOUT);
+    }
 
     #[test]
     fn streams_are_asked_for_by_accept() {

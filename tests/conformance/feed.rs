@@ -19,14 +19,15 @@ async fn page(fresh: &Fresh, start: FeedStart, limit: usize) -> (Vec<FeedEntry>,
 /// Read on from `start`, `limit` at a time, until `n` entries came. On
 /// PostgreSQL an entry shows once every transaction older than its own has
 /// ended, on the whole database server (other tests' included), so a
-/// committed entry may take a moment to show.
+/// committed entry may take a moment to show (as long as a transaction of
+/// another test, on any database of the server, stays open).
 async fn follow(
     fresh: &Fresh,
     start: FeedStart,
     n: usize,
     limit: usize,
 ) -> (Vec<FeedEntry>, FeedPosition) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut all = Vec::new();
     let mut start = start;
     loop {

@@ -32,9 +32,10 @@ async fn settle(s: &TestServer, id: &str) {
 }
 
 /// Read pages from `after` until `n` entries came (on PostgreSQL an entry
-/// shows once every older transaction on the server has ended).
+/// shows once every older transaction on the server has ended, other
+/// tests' included).
 async fn read(s: &TestServer, after: &str, n: usize, limit: usize) -> (Vec<Value>, String) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut entries = Vec::new();
     let mut after = after.to_owned();
     loop {
@@ -202,9 +203,10 @@ impl Events {
                 }
                 return Some(event);
             }
-            let chunk = tokio::time::timeout(Duration::from_secs(20), self.response.chunk())
+            // Long enough for other tests' transactions on the server to end.
+            let chunk = tokio::time::timeout(Duration::from_secs(60), self.response.chunk())
                 .await
-                .expect("an event within 20 s");
+                .expect("an event within 60 s");
             match chunk {
                 Ok(Some(bytes)) => self.buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
                 Ok(None) | Err(_) => return None,

@@ -12,6 +12,8 @@ use super::super::*;
 use super::{PostgresStore, finish};
 
 /// Transactions below this id have all ended, as of the statement's snapshot.
+/// (Queries order by `h.tx`: a bare `tx` would name the output column, the
+/// `bigint` copy, which the index cannot deliver in order.)
 const SETTLED_BELOW: &str = "pg_snapshot_xmin(pg_current_snapshot())";
 
 /// Feed reads on one connection inside a repeatable-read transaction, so
@@ -29,8 +31,8 @@ impl FeedSource for Reader<'_> {
 
     async fn tip(&mut self) -> StoreResult<FeedPosition> {
         let sql = format!(
-            "SELECT tx::text::bigint, id FROM receipt_history WHERE tx < {SETTLED_BELOW} \
-             ORDER BY tx DESC, id DESC LIMIT 1"
+            "SELECT tx::text::bigint, id FROM receipt_history AS h WHERE tx < {SETTLED_BELOW} \
+             ORDER BY h.tx DESC, h.id DESC LIMIT 1"
         );
         let newest: Option<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_optional(&mut *self.0)
@@ -40,9 +42,9 @@ impl FeedSource for Reader<'_> {
 
     async fn rows(&mut self, after: FeedPosition, limit: usize) -> StoreResult<Vec<FeedRow>> {
         let sql = format!(
-            "SELECT tx::text::bigint AS tx, {FEED_COLUMNS} FROM receipt_history \
-             WHERE (tx, id) > ($1::text::xid8, $2) AND tx < {SETTLED_BELOW} \
-             ORDER BY tx, id LIMIT $3"
+            "SELECT tx::text::bigint AS tx, {FEED_COLUMNS} FROM receipt_history AS h \
+             WHERE (h.tx, h.id) > ($1::text::xid8, $2) AND h.tx < {SETTLED_BELOW} \
+             ORDER BY h.tx, h.id LIMIT $3"
         );
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(to_i64(after.tx, "cursor")?.to_string())
