@@ -191,7 +191,9 @@ impl AppState {
         (name = "operator actions", description = "Hold, unhold and cancel receipts; act on many at once"),
         (name = "history", description = "Follow every history entry in commit order"),
         (name = "operations", description = "Status, facts, health")
-    )
+    ),
+    // Used only as a query parameter, which does not register its schema.
+    components(schemas(crate::store::SearchOrder))
 )]
 struct ApiDoc;
 

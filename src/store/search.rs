@@ -2,7 +2,7 @@
 //! and the plan both backends run, so that they answer alike.
 //!
 //! Every page walks ranges of indexes in `(finalized_at, receipt_id)` order
-//! (migrations/sqlite/0004_counts.sql, 0007_failure_codes.sql): the partial
+//! (migrations/sqlite/0004_counts.sql, 0010_failure_codes.sql): the partial
 //! indexes `receipts_fresh`, `receipts_retried` and `receipts_by_status`
 //! hold every row exactly once in that order, `receipts_leases` holds the
 //! live leases and `receipts_failed` the rows that failed, by code. The
