@@ -209,13 +209,19 @@ async fn a_stopping_server_writes_what_it_counted(fresh: Fresh) {
         assert_eq!(created.status().as_u16(), 201);
     }
     other.stop().await;
-    let store = s.fresh.store.clone();
-    s.stop().await;
+    // Read while `s` still owns the database: stopping it removes a SQLite database's
+    // directory, and a pooled connection reopened after that fails.
     let minute = T0 - T0 % STATS_MINUTE_MS;
-    let stored = store.stats(minute, minute + STATS_MINUTE_MS).await.unwrap();
+    let stored = s
+        .fresh
+        .store
+        .stats(minute, minute + STATS_MINUTE_MS)
+        .await
+        .unwrap();
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0].counts.enqueued, 3);
     assert_eq!(stored[0].depth, Some(3));
+    s.stop().await;
 }
 
 async fn a_bad_minutes_parameter_is_refused(fresh: Fresh) {
