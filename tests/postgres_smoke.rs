@@ -69,6 +69,7 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
     assert_eq!(first.len(), 1);
     let fail = SettlementRoutingInput::Retryable {
         reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, "timeout"),
+        retry_after_ms: None,
     };
     let route = s
         .record_claimed_outcome(&first[0], &fail, RetryPolicy::default(), T0 + 10)

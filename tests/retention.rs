@@ -77,6 +77,7 @@ async fn retention_removes_only_old_finished_receipts(fresh: Fresh) {
     finish(&fresh, "old-dead", perm, T).await;
     let rpc = SettlementRoutingInput::Retryable {
         reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, ""),
+        retry_after_ms: None,
     };
     finish(&fresh, "old-retry", rpc, T).await;
     fresh

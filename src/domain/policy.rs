@@ -77,6 +77,17 @@ impl RetryPolicy {
             .min(self.backoff_cap_ms)
     }
 
+    /// Wait before a retry when the rail asked for `retry_after_ms`: the
+    /// longer of the backoff and the rail's wait (retrying sooner than the
+    /// rail allows only earns another refusal), never beyond the cap (the
+    /// operator's bound on how long any receipt sits out).
+    #[must_use]
+    pub fn retry_wait_ms(&self, attempts_before: u32, retry_after_ms: Option<u64>) -> u64 {
+        self.backoff_ms(attempts_before)
+            .max(retry_after_ms.unwrap_or(0))
+            .min(self.backoff_cap_ms)
+    }
+
     /// Whether a retryable failure after `attempts_before` stored attempts may be retried.
     #[must_use]
     pub const fn allows_retry(&self, attempts_before: u32) -> bool {
@@ -111,6 +122,18 @@ mod tests {
             waits,
             [250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000]
         );
+    }
+
+    #[test]
+    fn the_rails_wait_lengthens_the_backoff_up_to_the_cap() {
+        let p = RetryPolicy::default();
+        // Shorter than the backoff: the backoff stands.
+        assert_eq!(p.retry_wait_ms(1, Some(100)), 500);
+        // Longer: the rail's wait.
+        assert_eq!(p.retry_wait_ms(1, Some(7_000)), 7_000);
+        // Beyond the cap: the cap.
+        assert_eq!(p.retry_wait_ms(0, Some(3_600_000)), 60_000);
+        assert_eq!(p.retry_wait_ms(2, None), p.backoff_ms(2));
     }
 
     #[test]

@@ -35,8 +35,12 @@ pub enum SettlementRoutingInput {
     Accepted { transcript_id: TranscriptId },
     /// The observation legitimately requires no settlement work.
     Skipped { reason: SettlementSkipReason },
-    /// The observation may succeed when replayed.
-    Retryable { reason: SettlementFailureReason },
+    /// The observation may succeed when replayed; `retry_after_ms` is the
+    /// rail's own wait (its `Retry-After`), if it gave one.
+    Retryable {
+        reason: SettlementFailureReason,
+        retry_after_ms: Option<u64>,
+    },
     /// The observation must terminate without replay.
     Permanent { reason: SettlementFailureReason },
 }
@@ -57,7 +61,16 @@ impl SettlementRoutingInput {
     #[must_use]
     pub const fn failure(&self) -> Option<&SettlementFailureReason> {
         match self {
-            Self::Retryable { reason } | Self::Permanent { reason } => Some(reason),
+            Self::Retryable { reason, .. } | Self::Permanent { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The rail's wait carried by a retryable outcome.
+    #[must_use]
+    pub const fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            Self::Retryable { retry_after_ms, .. } => *retry_after_ms,
             _ => None,
         }
     }

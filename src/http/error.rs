@@ -47,6 +47,7 @@ pub enum ProblemCode {
     InvalidObservation,
     ObservationTooLarge,
     InvalidTranscriptId,
+    InvalidRetryAfter,
     WorkerIdLength,
     InvalidWorkerId,
     LeaseDuration,

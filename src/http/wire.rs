@@ -124,6 +124,12 @@ pub enum OutcomeIn {
         /// Free text; only its SHA-256 is stored.
         #[serde(default)]
         detail: String,
+        /// The rail's own wait before another try, in ms (its `Retry-After`):
+        /// the retry waits the longer of this and the policy's backoff, at
+        /// most the policy's `backoff_cap_ms`; recorded in the history entry.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
+        retry_after_ms: Option<u64>,
     },
     /// It will never succeed: the receipt is dead-lettered.
     #[schema(title = "PermanentOutcome")]
@@ -145,9 +151,22 @@ impl OutcomeIn {
                 })?,
             },
             Self::Skipped { reason } => SettlementRoutingInput::Skipped { reason },
-            Self::Retryable { code, detail } => SettlementRoutingInput::Retryable {
-                reason: SettlementFailureReason::new(code, &detail),
-            },
+            Self::Retryable {
+                code,
+                detail,
+                retry_after_ms,
+            } => {
+                if retry_after_ms.is_some_and(|ms| !fits_i64(ms)) {
+                    return Err(ApiError::validation(
+                        ProblemCode::InvalidRetryAfter,
+                        "retry_after_ms must be at most 9223372036854775807",
+                    ));
+                }
+                SettlementRoutingInput::Retryable {
+                    reason: SettlementFailureReason::new(code, &detail),
+                    retry_after_ms,
+                }
+            }
             Self::Permanent { code, detail } => SettlementRoutingInput::Permanent {
                 reason: SettlementFailureReason::new(code, &detail),
             },

@@ -113,6 +113,7 @@ pub fn entry(
         detail_sha256: None,
         transcript_id: None,
         reason: None,
+        retry_after_ms: None,
         worker_id: "operator".to_owned(),
         observed_at_ms: now,
         route: None,

@@ -51,7 +51,7 @@ macro_rules! receipt_columns {
 macro_rules! history_columns {
     () => {
         "attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
-         observed_at_ms, route, actor, note"
+         observed_at_ms, route, actor, note, retry_after_ms"
     };
 }
 
@@ -69,6 +69,7 @@ pub struct HistoryRow {
     pub route: Option<String>,
     pub actor: Option<String>,
     pub note: Option<String>,
+    pub retry_after_ms: Option<i64>,
 }
 
 fn corrupt(what: &str) -> SettlementRouteError {
@@ -229,6 +230,10 @@ impl HistoryRow {
             route: self.route,
             actor: self.actor,
             note: self.note,
+            retry_after_ms: self
+                .retry_after_ms
+                .map(|ms| to_u64(ms, "history retry_after_ms"))
+                .transpose()?,
         })
     }
 }

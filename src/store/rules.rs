@@ -71,6 +71,8 @@ pub struct NewHistory {
     pub detail_sha256: Option<String>,
     pub transcript_id: Option<String>,
     pub reason: Option<&'static str>,
+    /// The rail's wait a retryable outcome carried.
+    pub retry_after_ms: Option<i64>,
     pub worker_id: String,
     pub observed_at_ms: i64,
     pub route: Option<&'static str>,
@@ -126,12 +128,14 @@ pub fn plan_outcome(
             },
             SettlementRoute::NoAction,
         ),
-        SettlementRoutingInput::Retryable { reason }
-            if reason.code.effective_class(FailureClass::Retryable) == FailureClass::Retryable
-                && policy.allows_retry(claim.attempts) =>
+        SettlementRoutingInput::Retryable {
+            reason,
+            retry_after_ms,
+        } if reason.code.effective_class(FailureClass::Retryable) == FailureClass::Retryable
+            && policy.allows_retry(claim.attempts) =>
         {
             let next = observed_at_ms
-                .checked_add(policy.backoff_ms(claim.attempts))
+                .checked_add(policy.retry_wait_ms(claim.attempts, *retry_after_ms))
                 .ok_or_else(|| overflow("next_visible_at_ms"))?;
             let change = Change::Retry {
                 attempts: i64::from(invocation),
@@ -147,7 +151,7 @@ pub fn plan_outcome(
                 },
             )
         }
-        SettlementRoutingInput::Retryable { reason }
+        SettlementRoutingInput::Retryable { reason, .. }
         | SettlementRoutingInput::Permanent { reason } => (
             Change::DeadLetter {
                 attempts: i64::from(invocation),
@@ -175,6 +179,10 @@ pub fn plan_outcome(
             SettlementRoutingInput::Skipped { reason } => Some(reason.as_str()),
             _ => None,
         },
+        retry_after_ms: input
+            .retry_after_ms()
+            .map(|ms| to_i64(ms, "retry_after_ms"))
+            .transpose()?,
         worker_id: claim.lease_owner.clone(),
         observed_at_ms: observed,
         route: Some(route.kind()),
@@ -366,6 +374,7 @@ pub fn release_entry(claim: &SettlementAttemptClaim, now: i64) -> NewHistory {
         detail_sha256: None,
         transcript_id: None,
         reason: None,
+        retry_after_ms: None,
         worker_id: claim.lease_owner.clone(),
         observed_at_ms: now,
         route: None,

@@ -128,6 +128,11 @@ pub struct HistoryEntry {
     /// The reason an operator gave for a `hold` or a `cancel`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The rail's own wait a `retryable` outcome carried (`retry_after_ms`),
+    /// as the worker reported it; the retry's wait is the longer of it and
+    /// the backoff, at most the policy's `backoff_cap_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// What a history entry records: the outcome a worker reported (`accepted`,
@@ -306,6 +311,7 @@ mod tests {
             .kind(),
             SettlementRoutingInput::Retryable {
                 reason: failure.clone(),
+                retry_after_ms: None,
             }
             .kind(),
             SettlementRoutingInput::Permanent { reason: failure }.kind(),

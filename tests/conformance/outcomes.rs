@@ -2,8 +2,8 @@
 //! retry policy, and batches of outcomes.
 
 use settled::domain::{
-    RetryPolicy, SettlementFailureCode, SettlementRoute, SettlementRouteErrorClass,
-    SettlementSkipReason,
+    RetryPolicy, SettlementFailureCode, SettlementFailureReason, SettlementRoute,
+    SettlementRouteErrorClass, SettlementRoutingInput, SettlementSkipReason,
 };
 use settled::store::{HistoryEntry, ReceiptState};
 
@@ -41,6 +41,7 @@ async fn accepted_settles_with_its_transcript(fresh: Fresh) {
         route: Some("no_action".into()),
         actor: None,
         note: None,
+        retry_after_ms: None,
     };
     assert_eq!(v.history, [entry]);
     assert!(
@@ -271,6 +272,77 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
     assert_eq!(c.attempts, 0);
 }
 
+async fn a_rails_retry_after_lengthens_the_wait_up_to_the_cap(fresh: Fresh) {
+    let ids = ["one", "short", "long", "huge", "last"];
+    enqueue_new(&fresh, &ids.map(receipt), T0).await;
+    let policy = RetryPolicy::default(); // first backoff 250 ms, cap 60 s
+    let after = |ms: u64| SettlementRoutingInput::Retryable {
+        reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, "429"),
+        retry_after_ms: Some(ms),
+    };
+    // One outcome alone.
+    let c = claim(&fresh, "one", "w", T0, 1_000).await;
+    let route = record(&fresh, &c, &after(7_000), policy, T0 + 1).await;
+    let at = |attempt, next| SettlementRoute::RetryScheduled {
+        attempt,
+        next_visible_at_ms: next,
+    };
+    assert_eq!(route.unwrap(), at(1, T0 + 7_001));
+    // A batch: shorter than the backoff, longer, beyond the cap.
+    let mut claims = Vec::new();
+    for id in ["short", "long", "huge"] {
+        claims.push(claim(&fresh, id, "w", T0, 1_000).await);
+    }
+    let batch = vec![
+        (claims[0].clone(), after(10)),
+        (claims[1].clone(), after(30_000)),
+        (claims[2].clone(), after(u64::from(u32::MAX))),
+    ];
+    let results = store(&fresh)
+        .record_claimed_outcomes(&batch, policy, T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        results,
+        [
+            Ok(at(1, T0 + 2 + 250)),
+            Ok(at(1, T0 + 2 + 30_000)),
+            Ok(at(1, T0 + 2 + 60_000)),
+        ]
+    );
+    // The history keeps what the worker reported, not the wait chosen.
+    for (id, reported) in [("one", 7_000), ("short", 10), ("long", 30_000)] {
+        let history = view(&fresh, id, T0 + 3).await.history;
+        assert_eq!(history.len(), 1, "{id}");
+        assert_eq!(history[0].retry_after_ms, Some(reported), "{id}");
+    }
+    let huge = view(&fresh, "huge", T0 + 3).await;
+    assert_eq!(huge.history[0].retry_after_ms, Some(u64::from(u32::MAX)));
+    assert_eq!(huge.next_visible_at_ms, Some(T0 + 2 + 60_000));
+    // Out of retries, the receipt is dead-lettered at once; the entry still
+    // shows the rail's wait.
+    let none_left = RetryPolicy {
+        max_retries: 0,
+        ..policy
+    };
+    let c = claim(&fresh, "last", "w", T0, 1_000).await;
+    let route = record(&fresh, &c, &after(5_000), none_left, T0 + 4).await;
+    assert_eq!(
+        route.unwrap(),
+        SettlementRoute::DeadLettered { attempts: 1 }
+    );
+    let last = view(&fresh, "last", T0 + 4).await;
+    assert_eq!(last.history[0].retry_after_ms, Some(5_000));
+    // Without it, nothing is recorded.
+    let rpc_entry = {
+        enqueue_new(&fresh, &[receipt("plain")], T0).await;
+        let c = claim(&fresh, "plain", "w", T0, 1_000).await;
+        record(&fresh, &c, &rpc("x"), policy, T0 + 5).await.unwrap();
+        view(&fresh, "plain", T0 + 5).await.history.remove(0)
+    };
+    assert_eq!(rpc_entry.retry_after_ms, None);
+}
+
 async fn an_invalid_policy_is_an_invalid_record(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let c = claim(&fresh, "r", "w", T0, 1_000).await;
@@ -315,4 +387,5 @@ crate::on_every_backend!(
     the_policy_decides_retries_and_waits,
     a_batch_of_outcomes_is_judged_item_by_item,
     an_invalid_policy_is_an_invalid_record,
+    a_rails_retry_after_lengthens_the_wait_up_to_the_cap,
 );

@@ -72,6 +72,7 @@ pub fn skipped(reason: SettlementSkipReason) -> SettlementRoutingInput {
 pub fn retryable(code: SettlementFailureCode, detail: &str) -> SettlementRoutingInput {
     SettlementRoutingInput::Retryable {
         reason: SettlementFailureReason::new(code, detail),
+        retry_after_ms: None,
     }
 }
 

@@ -42,6 +42,8 @@ async fn a_receipt_retries_with_backoff_then_dead_letters_with_six_attempts(fres
     assert_eq!(view["history"].as_array().unwrap().len(), 6);
     assert_eq!(view["history"][5]["route"], "dead_lettered");
     assert_eq!(view["history"][0]["attempt"], 1);
+    // No rail's wait reported: the entry leaves the field out.
+    assert!(view["history"][0].get("retry_after_ms").is_none(), "{view}");
     s.stop().await;
 }
 
@@ -208,6 +210,26 @@ async fn outcome_bodies_are_validated_before_the_lease(fresh: Fresh) {
             "invalid_body",
         ),
         (json!({"kind": "permanent", "code": "nope"}), "invalid_body"),
+        (
+            json!({"kind": "retryable", "code": "rpc", "retry_after_ms": -1}),
+            "invalid_body",
+        ),
+        (
+            json!({"kind": "retryable", "code": "rpc", "retry_after_ms": 1.5}),
+            "invalid_body",
+        ),
+        (
+            json!({"kind": "retryable", "code": "rpc", "retry_after_ms": "5"}),
+            "invalid_body",
+        ),
+        (
+            json!({"kind": "retryable", "code": "rpc", "retry_after_ms": 9_223_372_036_854_775_808u64}),
+            "invalid_retry_after",
+        ),
+        (
+            json!({"kind": "permanent", "code": "unsupported", "retry_after_ms": 5}),
+            "invalid_body",
+        ),
         (json!({"kind": "done"}), "invalid_body"),
         (
             json!({"kind": "accepted", "transcript_id": "t", "extra": 1}),
@@ -258,6 +280,50 @@ async fn outcome_bodies_are_validated_before_the_lease(fresh: Fresh) {
     )
     .await
     .assert_problem(409, "lease_conflict", "conflict");
+    s.stop().await;
+}
+
+async fn a_rails_retry_after_is_honoured_and_recorded(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    for id in ["r", "b"] {
+        s.enqueue(id).await;
+    }
+    let claims = s.claim("w", 2).await;
+    let now = s.clock.now_ms();
+    let route = s
+        .outcome(
+            &claims[0],
+            json!({"kind": "retryable", "code": "rpc", "detail": "429", "retry_after_ms": 9_000}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(
+        route,
+        json!({"kind": "retry_scheduled", "attempt": 1, "next_visible_at_ms": now + 9_000})
+    );
+    // In a batch, beyond the policy's cap (60 s by default): the cap.
+    let item = json!({"claim": claims[1], "outcome":
+        {"kind": "retryable", "code": "rpc", "retry_after_ms": 3_600_000}});
+    let results = s
+        .post("/v1/outcomes", json!({"outcomes": [item]}))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(
+        results["results"][0]["route"]["next_visible_at_ms"],
+        now + 60_000,
+        "{results}"
+    );
+    let id = claims[0]["receipt_id"].as_str().unwrap();
+    let view = s.receipt(id).await;
+    assert_eq!(view["history"][0]["retry_after_ms"], 9_000, "{view}");
+    assert_eq!(view["next_visible_at_ms"], now + 9_000);
+    // Not due before the rail's wait, due after it.
+    s.clock.set(now + 8_999);
+    assert!(s.claim("w", 1).await.is_empty());
+    s.clock.set(now + 9_000);
+    assert_eq!(s.claim("w", 1).await[0]["receipt_id"], id);
     s.stop().await;
 }
 
@@ -387,6 +453,7 @@ async fn an_expired_lease_cannot_be_extended_or_released(fresh: Fresh) {
 }
 
 crate::on_every_backend!(
+    a_rails_retry_after_is_honoured_and_recorded,
     a_receipt_retries_with_backoff_then_dead_letters_with_six_attempts,
     every_outcome_kind_routes_as_documented,
     max_retries_zero_dead_letters_the_first_failure,

@@ -83,6 +83,7 @@ impl Kind {
             },
             Kind::Retryable(c, d) => SettlementRoutingInput::Retryable {
                 reason: failure(c, d),
+                retry_after_ms: None,
             },
             Kind::Permanent(c, d) => SettlementRoutingInput::Permanent {
                 reason: failure(c, d),

@@ -60,6 +60,7 @@ pub fn entry(attempt: u32, outcome: &str, worker: &str, at: u64) -> HistoryEntry
         route: None,
         actor: None,
         note: None,
+        retry_after_ms: None,
     }
 }
 
@@ -269,7 +270,7 @@ impl Model {
                 row.next_visible = None;
                 SettlementRoute::NoAction
             }
-            SettlementRoutingInput::Retryable { reason }
+            SettlementRoutingInput::Retryable { reason, .. }
                 if matches!(
                     reason.code,
                     SettlementFailureCode::Rpc | SettlementFailureCode::Backend
@@ -285,7 +286,7 @@ impl Model {
                     next_visible_at_ms: now + wait,
                 }
             }
-            SettlementRoutingInput::Retryable { reason }
+            SettlementRoutingInput::Retryable { reason, .. }
             | SettlementRoutingInput::Permanent { reason } => {
                 row.status = Status::Dead {
                     attempts: invocation,

@@ -141,6 +141,7 @@ impl Mix {
             Kind::Retryable => OutcomeIn::Retryable {
                 code: SettlementFailureCode::Rpc,
                 detail: "bench: rail timeout".into(),
+                retry_after_ms: None,
             },
             Kind::Permanent => OutcomeIn::Permanent {
                 code: SettlementFailureCode::InvalidReceiptSignature,

@@ -21,7 +21,7 @@ macro_rules! cas_where {
     };
 }
 
-/// A guarded update that appends its history entry (`$9..$17`) only when
+/// A guarded update that appends its history entry (`$9..$18`) only when
 /// the guard matched, so the statement affects one row or none.
 macro_rules! guarded {
     ($set:literal) => {
@@ -31,26 +31,27 @@ macro_rules! guarded {
             " WHERE ",
             cas_where!(),
             " RETURNING receipt_id) INSERT INTO receipt_history (receipt_id, attempt, outcome, \
-             code, detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route) \
-             SELECT receipt_id, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM changed"
+             code, detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route, \
+             retry_after_ms) \
+             SELECT receipt_id, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 FROM changed"
         )
     };
 }
 
 const SETTLE: &str = guarded!(
-    "status = 'settled', transcript_id = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
+    "status = 'settled', transcript_id = $19, next_visible_at_ms = NULL, lease_owner = NULL, \
      lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
 );
 const SKIP: &str = guarded!(
-    "status = 'skipped', skip_reason = $18, next_visible_at_ms = NULL, lease_owner = NULL, \
+    "status = 'skipped', skip_reason = $19, next_visible_at_ms = NULL, lease_owner = NULL, \
      lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
 );
 const RETRY: &str = guarded!(
-    "attempts = $18, next_visible_at_ms = $19, failure_code = $20, failure_sha256 = $21, \
+    "attempts = $19, next_visible_at_ms = $20, failure_code = $21, failure_sha256 = $22, \
      lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL"
 );
 const DEAD_LETTER: &str = guarded!(
-    "status = 'dead_lettered', attempts = $18, failure_code = $19, failure_sha256 = $20, \
+    "status = 'dead_lettered', attempts = $19, failure_code = $20, failure_sha256 = $21, \
      next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
      finished_at_ms = $8"
 );
@@ -111,6 +112,7 @@ fn guarded(
         .bind(h.worker_id.clone())
         .bind(h.observed_at_ms)
         .bind(h.route)
+        .bind(h.retry_after_ms)
 }
 
 /// Apply a planned change and its history entry; `true` when the guard matched.

@@ -141,11 +141,12 @@ const WRITE_ROUND: &str = "\
 WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[], \
   $6::text[], $7::int8[], $8::int8[], $9::text[], $10::int8[], $11::int8[], $12::text[], \
   $13::text[], $14::text[], $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[], \
-  $20::text[], $21::text[], $22::text[], $23::text[], $24::int8[], $25::text[], $26::bool[]) \
+  $20::text[], $21::text[], $22::text[], $23::text[], $24::int8[], $25::text[], $26::bool[], \
+  $28::int8[]) \
   WITH ORDINALITY AS b (b_id, b_fin, b_attempts, b_version, b_owner, b_token, b_until, b_now, \
   b_status, b_new_attempts, b_next_visible, b_code, b_sha, b_transcript, b_skip, b_finished, \
   h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, h_observed, h_route, \
-  b_wakes, b_item)), \
+  b_wakes, h_retry_after, b_item)), \
 changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_attempts, attempts), \
   next_visible_at_ms = b_next_visible, failure_code = COALESCE(b_code, failure_code), \
   failure_sha256 = COALESCE(b_sha, failure_sha256), \
@@ -158,9 +159,9 @@ changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_att
   AND lease_token = b_token AND lease_until_ms = b_until AND lease_until_ms > b_now \
   RETURNING b_item, b_wakes), \
 logged AS (INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-  transcript_id, reason, worker_id, observed_at_ms, route) \
+  transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
   SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \
-  h_observed, h_route FROM changed JOIN batch USING (b_item) ORDER BY b_item), \
+  h_observed, h_route, h_retry_after FROM changed JOIN batch USING (b_item) ORDER BY b_item), \
 announced AS (SELECT pg_notify($27, '') FROM (SELECT 1 FROM changed WHERE b_wakes LIMIT 1) AS woken) \
 SELECT b_item FROM changed UNION ALL SELECT 0 FROM announced";
 
@@ -206,6 +207,7 @@ pub(super) async fn write_round(
         .bind(column!(history.route))
         .bind(column!(wakes))
         .bind(CHANNEL)
+        .bind(column!(history.retry_after_ms))
         .fetch_all(conn)
         .await?;
     Ok(positions(writes.len(), matched))

@@ -75,6 +75,7 @@ type HistoryValues<'a> = (
     &'a str,
     i64,
     Option<&'static str>,
+    Option<i64>,
 );
 
 fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
@@ -89,6 +90,7 @@ fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
         &h.worker_id,
         h.observed_at_ms,
         h.route,
+        h.retry_after_ms,
     )
 }
 
@@ -107,8 +109,8 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
         // One entry: plain values, without reading a JSON batch.
         conn.prepare_cached(
             "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-             transcript_id, reason, worker_id, observed_at_ms, route) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+             transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?
         .execute(history_values(id, h))?;
         return Ok(());
@@ -120,9 +122,10 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
         .collect();
     let mut stmt = conn.prepare_cached(
         "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route) \
+         transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
          SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-         value ->> 6, value ->> 7, value ->> 8, value ->> 9 FROM jsonb_each(?1) ORDER BY key",
+         value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10 \
+         FROM jsonb_each(?1) ORDER BY key",
     )?;
     let inserted = stmt.execute([json(&rows)?])?;
     if inserted != entries.len() {

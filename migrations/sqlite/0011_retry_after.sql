@@ -1,0 +1,5 @@
+-- A `retryable` outcome may carry the rail's own wait (`retry_after_ms`, its
+-- `Retry-After`); the history entry keeps what the worker reported, so an
+-- operator can see why a retry waited longer than the backoff. NULL: none
+-- given (every entry before this migration, and every other outcome).
+ALTER TABLE receipt_history ADD COLUMN retry_after_ms INTEGER CHECK (retry_after_ms >= 0);
