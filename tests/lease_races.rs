@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::LEASE_LOST;
 use common::rng::{Rng, now_ms};
 
 use std::collections::BTreeMap;
@@ -113,7 +114,10 @@ async fn worker(
                         .push((id, attempts + 1, kind, name.clone()));
                 }
                 409 => {
-                    assert_eq!(body["code"], "lease_conflict", "{body}");
+                    assert!(
+                        LEASE_LOST.contains(&body["code"].as_str().unwrap_or_default()),
+                        "{body}"
+                    );
                     assert_eq!(body["class"], "conflict", "{body}");
                     tally.conflicts.fetch_add(1, Ordering::Relaxed);
                     assert!(

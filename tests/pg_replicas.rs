@@ -7,6 +7,7 @@
 //! SKIPPED and passes otherwise.
 
 mod common;
+use common::LEASE_LOST;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -340,7 +341,9 @@ impl Tally {
                     )),
                 }
             }
-            Err((409, problem)) if problem["code"] == "lease_conflict" => {
+            Err((409, problem))
+                if LEASE_LOST.contains(&problem["code"].as_str().unwrap_or_default()) =>
+            {
                 self.conflicts += 1;
                 if late {
                     self.late_refused += 1;

@@ -120,7 +120,8 @@ impl ClaimLimit {
 ///
 /// Send it back exactly as received: an outcome, heartbeat or release is
 /// accepted only while every field but `observation` matches the receipt's
-/// current lease (otherwise 409 `lease_conflict`).
+/// current lease (otherwise a 409 whose code says why, e.g. `lease_conflict`
+/// or `lease_expired`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = Claim)]

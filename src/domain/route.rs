@@ -161,13 +161,31 @@ pub enum SettlementRouteErrorClass {
     InvalidRecord,
 }
 
+/// Why the store refused a claim (an outcome, extension or release). Each
+/// kind has its own problem code; a worker's answer to all of them is the
+/// same (the lease is lost: drop the work), an operator's is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictKind {
+    /// The claim is not the receipt's current lease: claimed again, or
+    /// altered (a forged token, owner, version or attempt count).
+    LeaseMismatch,
+    /// The claim is still the current lease, but its deadline has passed.
+    LeaseExpired,
+    /// The receipt holds no lease (waiting for a claim, released, or retrying).
+    NotLeased,
+    /// The receipt is settled, skipped, canceled or dead-lettered.
+    Finished,
+    /// No receipt has this id.
+    UnknownReceipt,
+}
+
 /// Failure returned by the durable settlement store.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum SettlementRouteError {
     #[error("settlement routing backend failure: {detail}")]
     Backend { detail: String },
     #[error("settlement routing conflict: {detail}")]
-    Conflict { detail: String },
+    Conflict { kind: ConflictKind, detail: String },
     #[error("invalid settlement routing record: {detail}")]
     InvalidRecord { detail: String },
 }
@@ -184,8 +202,9 @@ impl SettlementRouteError {
     }
 
     /// A conflict with a message a client may read.
-    pub fn conflict(detail: impl Into<String>) -> Self {
+    pub fn conflict(kind: ConflictKind, detail: impl Into<String>) -> Self {
         Self::Conflict {
+            kind,
             detail: detail.into(),
         }
     }
@@ -241,7 +260,7 @@ mod tests {
                 SettlementRouteErrorClass::Backend,
             ),
             (
-                SettlementRouteError::conflict("stale lease"),
+                SettlementRouteError::conflict(ConflictKind::LeaseMismatch, "stale lease"),
                 SettlementRouteErrorClass::Conflict,
             ),
             (

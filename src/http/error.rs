@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{IdError, SettlementClaimValidationError, SettlementRouteError};
+use crate::domain::{ConflictKind, IdError, SettlementClaimValidationError, SettlementRouteError};
 
 /// An RFC 9457 problem with a stable machine `code` and an error `class`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -62,6 +62,9 @@ pub enum ProblemCode {
     CrossSiteRequest,
     HostNotAllowed,
     LeaseConflict,
+    LeaseExpired,
+    ReceiptNotLeased,
+    ReceiptUnknown,
     ReceiptConflict,
     ReceiptLeased,
     ReceiptNotVisible,
@@ -216,8 +219,15 @@ impl ApiError {
 impl From<SettlementRouteError> for ApiError {
     fn from(error: SettlementRouteError) -> Self {
         match error {
-            SettlementRouteError::Conflict { detail } => {
-                Self::conflict(ProblemCode::LeaseConflict, detail)
+            SettlementRouteError::Conflict { kind, detail } => {
+                let code = match kind {
+                    ConflictKind::LeaseMismatch => ProblemCode::LeaseConflict,
+                    ConflictKind::LeaseExpired => ProblemCode::LeaseExpired,
+                    ConflictKind::NotLeased => ProblemCode::ReceiptNotLeased,
+                    ConflictKind::Finished => ProblemCode::ReceiptFinished,
+                    ConflictKind::UnknownReceipt => ProblemCode::ReceiptUnknown,
+                };
+                Self::conflict(code, detail)
             }
             SettlementRouteError::InvalidRecord { detail } => {
                 let mut error = Self::new(

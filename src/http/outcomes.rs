@@ -26,8 +26,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// Record the outcome of a claimed receipt.
 ///
 /// Succeeds only while the claim is the receipt's current lease (sent back
-/// exactly as received) and that lease has not ended; otherwise 409
-/// `lease_conflict` and nothing changes.
+/// exactly as received) and that lease has not ended; otherwise 409 and
+/// nothing changes: `lease_conflict` (not the current lease), `lease_expired`,
+/// `receipt_not_leased`, `receipt_finished` or `receipt_unknown`.
 #[utoipa::path(post, path = "/v1/receipts/{id}/outcome", operation_id = "v1.receipts.outcome", tag = "outcomes",
     params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = OutcomeRequest,

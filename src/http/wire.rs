@@ -283,7 +283,8 @@ pub struct OutcomeResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<SettlementRoute>,
     /// Why the item was refused (then nothing changed for it), e.g. 409
-    /// `lease_conflict` for a stale claim.
+    /// `lease_conflict` for a claim that is no longer the lease, or
+    /// `lease_expired` for one sent too late.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
 }

@@ -9,8 +9,8 @@ use super::{
     StoreResult,
 };
 use crate::domain::{
-    FailureClass, RetryPolicy, SettlementAttemptClaim, SettlementFailureReason, SettlementRoute,
-    SettlementRouteError, SettlementRoutingInput,
+    ConflictKind, FailureClass, RetryPolicy, SettlementAttemptClaim, SettlementFailureReason,
+    SettlementRoute, SettlementRouteError, SettlementRoutingInput,
 };
 
 /// The six claim fields of the compare-and-swap, as database integers.
@@ -207,7 +207,10 @@ pub fn explain_miss(
     observed_at_ms: u64,
 ) -> StoreResult<SettlementRoute> {
     let Some(row) = row else {
-        return Err(SettlementRouteError::conflict("receipt is unknown"));
+        return Err(SettlementRouteError::conflict(
+            ConflictKind::UnknownReceipt,
+            "receipt is unknown",
+        ));
     };
     match row.status.as_str() {
         "dead_lettered" => {
@@ -227,20 +230,24 @@ pub fn explain_miss(
                 })
             } else {
                 Err(SettlementRouteError::conflict(
+                    ConflictKind::Finished,
                     "receipt is already dead-lettered",
                 ))
             }
         }
-        "settled" | "skipped" => Err(SettlementRouteError::conflict(
-            "receipt is already finished",
+        "settled" | "skipped" | "canceled" => Err(SettlementRouteError::conflict(
+            ConflictKind::Finished,
+            format!("receipt is already {}", row.status),
         )),
-        _ if row.lease_token.is_none() => {
-            Err(SettlementRouteError::conflict("receipt is not leased"))
-        }
+        _ if row.lease_token.is_none() => Err(SettlementRouteError::conflict(
+            ConflictKind::NotLeased,
+            "receipt is not leased",
+        )),
         _ if row.lease_token.as_deref() != Some(claim.lease_token.as_str())
             || row.lease_owner.as_deref() != Some(claim.lease_owner.as_str()) =>
         {
             Err(SettlementRouteError::conflict(
+                ConflictKind::LeaseMismatch,
                 "lease token does not match the current lease",
             ))
         }
@@ -248,12 +255,23 @@ pub fn explain_miss(
             .lease_until_ms
             .is_some_and(|u| u64::try_from(u).is_ok_and(|u| u <= observed_at_ms)) =>
         {
-            Err(SettlementRouteError::conflict("lease has expired"))
+            Err(SettlementRouteError::conflict(
+                ConflictKind::LeaseExpired,
+                "lease has expired",
+            ))
         }
-        _ => Err(SettlementRouteError::conflict(
-            "claim does not match the persisted row",
-        )),
+        _ => Err(mismatch()),
     }
+}
+
+/// The claim names the current lease's receipt, but not the lease itself
+/// (its version, attempts or deadline differ): someone altered it, or the
+/// row moved on between the guarded write and this look.
+pub fn mismatch() -> SettlementRouteError {
+    SettlementRouteError::conflict(
+        ConflictKind::LeaseMismatch,
+        "claim does not match the persisted row",
+    )
 }
 
 /// [`plan_outcome`] refused an outcome. When the refusal is the claim's

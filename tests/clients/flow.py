@@ -100,7 +100,7 @@ stale = v1_receipts_outcome.sync_detailed(
     ),
 )
 assert stale.status_code == 409 and isinstance(stale.parsed, Problem), stale
-assert stale.parsed.code == ProblemCode.LEASE_CONFLICT, stale.parsed
+assert stale.parsed.code == ProblemCode.RECEIPT_NOT_LEASED, stale.parsed
 assert stale.parsed.class_ == ProblemClass.CONFLICT, stale.parsed
 
 # A batch of outcomes, judged item by item.
@@ -124,7 +124,7 @@ results = v1_outcomes_batch.sync(
 ).results
 assert isinstance(results[0].route, DeadLetteredRoute), results[0]
 assert results[0].route.attempts == 1, results[0]
-assert results[1].error.code == ProblemCode.LEASE_CONFLICT, results[1]
+assert results[1].error.code == ProblemCode.RECEIPT_NOT_LEASED, results[1]
 
 # The history numbers invocations from 1; the receipt counts failures.
 receipt = v1_receipts_get.sync(client=worker, id="py-1")

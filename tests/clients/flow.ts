@@ -54,7 +54,7 @@ const stale = await worker.POST("/v1/receipts/{id}/outcome", {
   body: { claim: first, outcome: { kind: "accepted", transcript_id: "tx-ts-1" } },
 });
 check(stale.response.status === 409, "a stale claim gets 409", stale.response.status);
-check(stale.error?.code === "lease_conflict" && stale.error.class === "conflict", "a lease_conflict problem", stale.error);
+check(stale.error?.code === "receipt_not_leased" && stale.error.class === "conflict", "a receipt_not_leased problem", stale.error);
 
 // A batch of outcomes, judged item by item.
 const outcomes = await worker.POST("/v1/outcomes", {
@@ -67,7 +67,7 @@ const outcomes = await worker.POST("/v1/outcomes", {
 });
 const [dead, refused] = outcomes.data?.results ?? [];
 check(dead?.route?.kind === "dead_lettered" && dead.route.attempts === 1, "ts-2 is dead-lettered", dead);
-check(refused?.error?.code === "lease_conflict", "the stale item is refused alone", refused);
+check(refused?.error?.code === "receipt_not_leased", "the stale item is refused alone", refused);
 
 // The history numbers invocations from 1; the receipt counts failures.
 const receipt = await worker.GET("/v1/receipts/{id}", { params: { path: { id: "ts-1" } } });

@@ -186,3 +186,14 @@ macro_rules! on_every_backend {
 pub fn dyn_store(fresh: &Fresh) -> &dyn SettlementOutcomeStore {
     fresh.store.as_ref()
 }
+
+/// The 409 codes that tell a worker its lease is lost (claimed again or
+/// altered, expired, released or retrying, finished, or never existed): its
+/// answer to each is to drop the work.
+pub const LEASE_LOST: [&str; 5] = [
+    "lease_conflict",
+    "lease_expired",
+    "receipt_not_leased",
+    "receipt_finished",
+    "receipt_unknown",
+];

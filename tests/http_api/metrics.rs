@@ -61,7 +61,7 @@ async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
         json!({"kind": "accepted", "transcript_id": "t"}),
     )
     .await
-    .assert_problem(409, "lease_conflict", "conflict");
+    .assert_problem(409, "receipt_finished", "conflict");
     // `d` is leased, its lease expires, and it is claimed again.
     let d = s.claim("w", 1).await;
     assert_eq!(d[0]["receipt_id"], "d");

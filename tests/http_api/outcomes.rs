@@ -149,7 +149,7 @@ async fn stale_forged_and_late_commits_are_refused_and_change_nothing(fresh: Fre
     s.clock.set(T0 + 30_000);
     s.outcome(&claim, accepted.clone())
         .await
-        .assert_problem(409, "lease_conflict", "conflict");
+        .assert_problem(409, "lease_expired", "conflict");
     // After a reclaim, the old claim stays refused and the new one wins.
     let fresh_claim = s.claim("w2", 1).await.remove(0);
     s.outcome(&claim, accepted.clone())
@@ -158,7 +158,7 @@ async fn stale_forged_and_late_commits_are_refused_and_change_nothing(fresh: Fre
     s.outcome(&fresh_claim, accepted.clone()).await.ok(200);
     s.outcome(&fresh_claim, accepted)
         .await
-        .assert_problem(409, "lease_conflict", "conflict");
+        .assert_problem(409, "receipt_finished", "conflict");
     let view = s.receipt("r").await;
     assert_eq!(view["history"].as_array().unwrap().len(), 1);
     assert_eq!(view["history"][0]["worker_id"], "w2");
@@ -176,7 +176,7 @@ async fn an_identical_dead_letter_replay_gets_the_same_answer(fresh: Fresh) {
     let other = json!({"kind": "permanent", "code": "verification", "detail": "other"});
     s.outcome(&claim, other)
         .await
-        .assert_problem(409, "lease_conflict", "conflict");
+        .assert_problem(409, "receipt_finished", "conflict");
     assert_eq!(s.receipt("r").await["history"].as_array().unwrap().len(), 1);
     s.stop().await;
 }
@@ -279,7 +279,7 @@ async fn outcome_bodies_are_validated_before_the_lease(fresh: Fresh) {
         "outcome": {"kind": "skipped", "reason": "denied"}}),
     )
     .await
-    .assert_problem(409, "lease_conflict", "conflict");
+    .assert_problem(409, "receipt_unknown", "conflict");
     s.stop().await;
 }
 
@@ -358,7 +358,7 @@ async fn batch_outcomes_judge_each_item_in_order(fresh: Fresh) {
     assert_eq!(results[3]["receipt_id"], "b");
     assert_eq!(results[4]["route"]["kind"], "no_action");
     assert_eq!(
-        results[5]["error"]["code"], "lease_conflict",
+        results[5]["error"]["code"], "receipt_finished",
         "a receipt is settled once"
     );
     assert_eq!(s.receipt("b").await["state"], "skipped");
@@ -424,7 +424,7 @@ async fn leases_extend_and_release(fresh: Fresh) {
         Some(json!({"claim": extended})),
     )
     .await
-    .assert_problem(409, "lease_conflict", "conflict");
+    .assert_problem(409, "receipt_not_leased", "conflict");
     assert_eq!(s.claim("w2", 1).await.len(), 1, "due again at once");
     s.stop().await;
 }
@@ -440,14 +440,14 @@ async fn an_expired_lease_cannot_be_extended_or_released(fresh: Fresh) {
         json!({"claim": claim, "extend_ms": 1000}),
     )
     .await
-    .assert_problem(409, "lease_conflict", "conflict");
+    .assert_problem(409, "lease_expired", "conflict");
     s.call(
         Method::DELETE,
         "/v1/receipts/r/lease",
         Some(json!({"claim": claim})),
     )
     .await
-    .assert_problem(409, "lease_conflict", "conflict");
+    .assert_problem(409, "lease_expired", "conflict");
     assert_eq!(s.receipt("r").await["state"], "pending");
     s.stop().await;
 }

@@ -84,7 +84,7 @@ async fn the_series_counts_a_scripted_scenario_minute_by_minute(fresh: Fresh) {
         json!({"kind": "accepted", "transcript_id": "t"}),
     )
     .await
-    .assert_problem(409, "lease_conflict", "conflict");
+    .assert_problem(409, "receipt_finished", "conflict");
 
     let minutes = series(&s, "").await;
     assert_eq!(minutes.len(), 60, "the last hour");

@@ -9,7 +9,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 
 use super::super::rows::to_i64;
-use super::super::rules::{Cas, Change, NewHistory, Plan};
+use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::*;
 
 /// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
@@ -83,9 +83,7 @@ async fn row_if_storable(
 
 /// A guard without a replay never matches; its answer is the error.
 fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
-    explained
-        .err()
-        .unwrap_or_else(|| SettlementRouteError::conflict("claim does not match the persisted row"))
+    explained.err().unwrap_or_else(rules::mismatch)
 }
 
 fn guarded(

@@ -3,6 +3,7 @@
 
 use super::super::rows::to_i64;
 use super::*;
+use crate::domain::ConflictKind;
 
 /// Lease every due row, up to `$2`, in claim order, in one statement. Each
 /// claim position has its owner, token (made in Rust) and deadline (`$3`,
@@ -87,8 +88,12 @@ async fn claim_one(
                 .bind(now)
                 .fetch_optional(&mut **tx)
                 .await?;
-            let leased = leased
-                .ok_or_else(|| SettlementRouteError::conflict("row changed while being claimed"))?;
+            let leased = leased.ok_or_else(|| {
+                SettlementRouteError::conflict(
+                    ConflictKind::LeaseMismatch,
+                    "row changed while being claimed",
+                )
+            })?;
             if row.lease_until_ms.is_some() {
                 expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }

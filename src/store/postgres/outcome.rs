@@ -6,7 +6,7 @@
 //! each item in its order.
 
 use super::super::rows::to_i64;
-use super::super::rules::Cas;
+use super::super::rules::{self, Cas};
 use super::careful;
 use super::guarded::{self, Extension, Guard, NewValues, Write};
 use super::*;
@@ -122,9 +122,7 @@ impl UnitAnswer {
 
 /// A guard without a replay never matches; its answer is the error.
 fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
-    explained
-        .err()
-        .unwrap_or_else(|| SettlementRouteError::conflict("claim does not match the persisted row"))
+    explained.err().unwrap_or_else(rules::mismatch)
 }
 
 fn units(jobs: &[Job]) -> Vec<Unit<'_>> {

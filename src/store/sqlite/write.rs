@@ -16,6 +16,7 @@ use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::super::*;
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
+use crate::domain::ConflictKind;
 use crate::receipt_columns;
 
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
@@ -144,6 +145,7 @@ fn lease(
         ])?;
     if changed != 1 {
         return Err(SettlementRouteError::conflict(
+            ConflictKind::LeaseMismatch,
             "row changed while being claimed",
         ));
     }
@@ -498,7 +500,7 @@ fn lease_miss(
 ) -> SettlementRouteError {
     match rules::explain_miss(row, claim, None, now_ms) {
         Err(e) => e,
-        Ok(_) => SettlementRouteError::conflict("claim does not match the persisted row"),
+        Ok(_) => rules::mismatch(),
     }
 }
 
