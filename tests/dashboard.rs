@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "operator-dashboard-token-0123456789";
+const READER_TOKEN: &str = "reader-dashboard-token-0123456789";
+/// Dead letters seeded for paging and for the bulk redrive (`bulk-01` … `bulk-12`).
+const BULK: usize = 12;
 const CHROMIUM: &str = "/usr/bin/chromium";
 const SETUP: &str = "bash tests/dashboard/ci-setup.sh   (or: apt-get install -y chromium && npm ci --prefix tests/dashboard)";
 const NODE_TIMEOUT: Duration = Duration::from_secs(180);
@@ -143,7 +146,8 @@ impl Api {
     }
 }
 
-/// Some pending (one of them scheduled for tomorrow), one leased, one settled, two dead-lettered.
+/// Some pending (one of them scheduled for tomorrow), one leased, one retrying, one settled,
+/// two dead-lettered (`invalid_receipt_signature`) and `BULK` more (`invalid_action_hash`).
 async fn seed(api: &Api) {
     for (i, id) in ["pending-1", "pending-2", "pending-3"].iter().enumerate() {
         api.enqueue(id, 1_764_460_800 + i as u64).await;
@@ -173,10 +177,23 @@ async fn seed(api: &Api) {
         let route = api.outcome(&claim, outcome).await;
         assert_eq!(route["kind"], "dead_lettered", "{id}: {route}");
     }
+    for i in 1..=BULK {
+        let id = format!("bulk-{i:02}");
+        api.enqueue(&id, 1_764_460_900 + i as u64).await;
+        let claim = api.claim(&id, 60_000).await;
+        let outcome = json!({"kind": "permanent", "code": "invalid_action_hash", "detail": format!("bulk seed {i}")});
+        let route = api.outcome(&claim, outcome).await;
+        assert_eq!(route["kind"], "dead_lettered", "{id}: {route}");
+    }
+    api.enqueue("retry-1", 1_764_460_850).await;
+    let claim = api.claim("retry-1", 60_000).await;
+    let outcome = json!({"kind": "retryable", "code": "rpc", "detail": "rail timed out"});
+    let route = api.outcome(&claim, outcome).await;
+    assert_eq!(route["kind"], "retry_scheduled", "retry-1: {route}");
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2, "canceled": 0}),
+        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
         "seeded counts"
     );
 }
@@ -204,6 +221,7 @@ fn run_node(base: &str) -> bool {
         .current_dir(project())
         .env("BASE", base)
         .env("TOKEN", TOKEN)
+        .env("READER_TOKEN", READER_TOKEN)
         .env("REDRIVE_ID", "dead-2")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -250,7 +268,13 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     }
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start(dir.path(), &[format!("operator:{TOKEN}")]);
+    let server = start(
+        dir.path(),
+        &[
+            format!("operator:alice:{TOKEN}"),
+            format!("reader:{READER_TOKEN}"),
+        ],
+    );
     let api = Api {
         client: reqwest::Client::new(),
         base: server.base.clone(),

@@ -117,6 +117,30 @@ async function countsMatch(page, label) {
   return shown;
 }
 
+/** The ids of the list's rows, in order. */
+async function listIds(page) {
+  return page.$$eval("#receipts tr[data-receipt]", (rows) => rows.map((r) => r.getAttribute("data-receipt")));
+}
+
+/** The list shows exactly these receipts, in this order (polled). */
+async function listMatches(page, receipts, label) {
+  const want = receipts.map((r) => r.receipt_id);
+  const shown = await until(() => listIds(page), (ids) => JSON.stringify(ids) === JSON.stringify(want));
+  assert.deepEqual(shown, want, `${label}: rows differ from GET /v1/receipts`);
+}
+
+/** One row's cells by column key (a detail hash gives its full value). */
+async function rowCells(page, id) {
+  return page.$eval(`#receipts tr[data-receipt=${JSON.stringify(id)}]`, (row) => {
+    const out = {};
+    for (const td of row.querySelectorAll("td[data-col]")) {
+      const hash = td.querySelector("[data-hash]");
+      out[td.getAttribute("data-col")] = hash ? hash.getAttribute("data-hash") : td.textContent.trim();
+    }
+    return out;
+  });
+}
+
 async function horizontalOverflow(page) {
   return page.evaluate(() => ({
     scrollWidth: document.documentElement.scrollWidth,
@@ -132,7 +156,7 @@ async function main() {
   const origin = new URL(BASE).origin;
 
   check("seeded data");
-  const letters = (await api("GET", "/v1/dead-letters?limit=50")).dead_letters;
+  const letters = (await api("GET", "/v1/dead-letters?limit=100")).dead_letters;
   assert.ok(letters.length > 0, "the server holds no dead-lettered receipt to redrive");
   const target = process.env.REDRIVE_ID || letters[0].receipt_id;
   assert.ok(
@@ -182,20 +206,52 @@ async function main() {
     const shown = await countsMatch(page, "after sign-in");
     ok(`counts match the API: ${JSON.stringify(shown)}`);
 
-    check("dead-letter table");
-    const rowsSelector = "#dead-letters tr[data-receipt]";
-    await page.locator(rowsSelector).first().waitFor({ state: "attached" });
-    const rowIds = await page.$$eval(rowsSelector, (rows) => rows.map((r) => r.getAttribute("data-receipt")));
-    assert.deepEqual(
-      [...rowIds].sort(),
-      letters.map((l) => l.receipt_id).sort(),
-      "dead-letter rows differ from GET /v1/dead-letters",
-    );
-    ok(`dead-letter rows match the API: ${rowIds.join(", ")}`);
+    check("receipts view: dead letters, 10 per page");
+    await page.locator('nav a[data-view="receipts"]').click();
+    await page.locator('#state-tabs [data-state="dead_lettered"][aria-pressed="true"]').waitFor();
+    await page.locator("#f-limit").selectOption("10");
+    await page.locator('#filter-form [type="submit"]').click();
+    const first = await api("GET", "/v1/receipts?state=dead_lettered&limit=10");
+    assert.ok(first.next_cursor, "the seeded dead letters fill more than one page of 10");
+    await listMatches(page, first.receipts, "dead letters, page 1");
+    const shownRow = await rowCells(page, first.receipts[0].receipt_id);
+    const lf = first.receipts[0].last_failure;
+    assert.equal(shownRow.code, lf.code, "code shown");
+    assert.equal(shownRow.attempts, String(first.receipts[0].attempts), "attempts shown");
+    assert.equal(shownRow.hash, lf.detail_sha256, "detail hash shown");
+    assert.ok(shownRow.finished.length > 0, "dead-lettered time shown");
+    ok(`dead-letter page 1 matches GET /v1/receipts: ${first.receipts.length} rows, code/attempts/hash/when shown`);
 
-    if (SCREENSHOT_DIR) {
-      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-laptop.png"), fullPage: true });
-    }
+    check("receipts view: next page");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-receipts.png") });
+    await page.locator("#page-next").click();
+    const second = await api("GET", `/v1/receipts?state=dead_lettered&limit=10&cursor=${encodeURIComponent(first.next_cursor)}`);
+    await listMatches(page, second.receipts, "dead letters, page 2");
+    await page.locator("#page-first").click();
+    await listMatches(page, first.receipts, "dead letters, back to page 1");
+    ok(`next page follows next_cursor: ${second.receipts.map((r) => r.receipt_id).join(", ")}`);
+
+    check("receipts view: leased");
+    await page.locator('#state-tabs [data-state="leased"]').click();
+    const leased = await api("GET", "/v1/receipts?state=leased&limit=10");
+    await listMatches(page, leased.receipts, "leased");
+    const leasedRow = await rowCells(page, leased.receipts[0].receipt_id);
+    assert.equal(leasedRow.owner, leased.receipts[0].lease.owner, "lease owner shown");
+    assert.ok(leasedRow.deadline.length > 0, "lease deadline shown");
+    ok(`leased rows show owner ${leasedRow.owner} and deadline ${leasedRow.deadline}`);
+
+    check("receipts view: filter by id prefix");
+    await page.locator('#state-tabs [data-state=""]').click();
+    await page.locator("#f-prefix").fill("pending-");
+    await page.locator('#filter-form [type="submit"]').click();
+    const prefixed = await api("GET", "/v1/receipts?prefix=pending-&limit=10");
+    await listMatches(page, prefixed.receipts, "prefix pending-");
+    await page.locator("#f-reset").click();
+    await page.locator("#f-limit").selectOption("50");
+    await page.locator('#state-tabs [data-state="dead_lettered"]').click();
+    const rowsSelector = "#receipts tr[data-receipt]";
+    await listMatches(page, (await api("GET", "/v1/receipts?state=dead_lettered&limit=50")).receipts, "dead letters, 50 per page");
+    ok(`prefix filter shows ${prefixed.receipts.map((r) => r.receipt_id).join(", ")}`);
 
     check(`redrive ${target}`);
     const row = page.locator(`${rowsSelector}[data-receipt=${JSON.stringify(target)}]`);
