@@ -294,5 +294,14 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     let redriven = api.expect("/v1/receipts/dead-2", None, 200).await;
     assert_eq!(redriven["state"], "pending");
     assert_eq!(redriven["attempts"], 0);
+    // So are the bulk redrive and the cancel.
+    for i in 1..=BULK {
+        let receipt = api
+            .expect(&format!("/v1/receipts/bulk-{i:02}"), None, 200)
+            .await;
+        assert_eq!(receipt["state"], "pending", "bulk-{i:02}");
+    }
+    let canceled = api.expect("/v1/receipts/pending-3", None, 200).await;
+    assert_eq!(canceled["state"], "canceled");
     drop(server);
 }

@@ -1,10 +1,12 @@
 // Drives the operator dashboard (GET /) in headless Debian Chromium through playwright-core.
 //
-//   BASE=http://127.0.0.1:8080 TOKEN=<operator token> node tests/dashboard/dashboard.test.mjs
+//   BASE=http://127.0.0.1:8080 TOKEN=<operator token> READER_TOKEN=<reader token> \
+//     node tests/dashboard/dashboard.test.mjs
 //
 // Optional: REDRIVE_ID (the dead-lettered receipt to redrive; default the first dead letter),
-// CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes dashboard-laptop.png and
-// dashboard-phone.png there). The server must hold at least one dead-lettered receipt.
+// CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes a PNG of each view there).
+// The server must hold what tests/dashboard.rs seeds: at least 11 dead letters (two pages of
+// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test).
 // Exits 0 when every check passes, 1 with a message naming the failed step otherwise.
 // tests/dashboard.rs starts the real binary, seeds it and runs this script.
 
@@ -18,6 +20,7 @@ import { chromium } from "playwright-core";
 const STATES = ["pending", "scheduled", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered", "canceled"];
 const BASE = (process.env.BASE || "").replace(/\/+$/, "");
 const TOKEN = process.env.TOKEN || "";
+const READER_TOKEN = process.env.READER_TOKEN || "";
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || "";
 const STEP_TIMEOUT_MS = 10_000;
@@ -153,6 +156,7 @@ async function main() {
   check("configuration");
   assert.ok(BASE, "set BASE to the server's base URL, e.g. BASE=http://127.0.0.1:8080");
   assert.ok(TOKEN, "set TOKEN to an operator token");
+  assert.ok(READER_TOKEN, "set READER_TOKEN to a reader token");
   const origin = new URL(BASE).origin;
 
   check("seeded data");
@@ -253,21 +257,77 @@ async function main() {
     await listMatches(page, (await api("GET", "/v1/receipts?state=dead_lettered&limit=50")).receipts, "dead letters, 50 per page");
     ok(`prefix filter shows ${prefixed.receipts.map((r) => r.receipt_id).join(", ")}`);
 
-    check(`redrive ${target}`);
+    check("an operator token shows the actions");
+    await page.locator("body.can-act").waitFor({ state: "attached" });
+    assert.ok(await page.locator("#bulk-bar").isVisible(), "the bulk actions are hidden for an operator");
+    ok("operator: row and bulk actions shown");
+
+    check(`redrive ${target}: dry run, then confirm`);
     const row = page.locator(`${rowsSelector}[data-receipt=${JSON.stringify(target)}]`);
     assert.equal(await row.count(), 1, `no dead-letter row for ${target}`);
-    await row.getByRole("button", { name: "Redrive" }).click();
+    await row.locator('button[data-action="redrive"]').click();
+    await page.locator("#confirm").waitFor({ state: "visible" });
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-done").textContent(), "1", "the dry run would change one receipt");
+    assert.equal((await api("GET", `/v1/receipts/${encodeURIComponent(target)}`)).state, "dead_lettered", "the dry run changed nothing");
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
     await row.waitFor({ state: "detached" });
     const redriven = await api("GET", `/v1/receipts/${encodeURIComponent(target)}`);
     assert.equal(redriven.state, "pending", `${target} after redrive`);
     assert.equal(redriven.attempts, 0, `${target} attempts after redrive`);
     // The row stays gone (no stale refresh brings it back) and the counts follow.
-    await new Promise((resolve) => setTimeout(resolve, 2_500));
-    assert.equal(await row.count(), 0, `the row for ${target} came back after the redrive`);
+    const stays = await until(() => row.count(), (n) => n !== 0, 2_500);
+    assert.equal(stays, 0, `the row for ${target} came back after the redrive`);
     const after = await countsMatch(page, "after redrive");
     assert.equal(after.dead_lettered, shown.dead_lettered - 1, "dead_lettered count after redrive");
     assert.equal(await page.locator("#error").isHidden(), true, "an error is shown after redrive");
-    ok(`redrive removed the row; ${target} is pending with attempts 0`);
+    ok(`redrive through its dry run removed the row; ${target} is pending with attempts 0`);
+
+    check("bulk redrive of the filtered selection");
+    await page.locator("#f-prefix").fill("bulk-");
+    await page.locator('#filter-form [type="submit"]').click();
+    const bulkPage = await api("GET", "/v1/receipts?state=dead_lettered&prefix=bulk-&limit=50");
+    await listMatches(page, bulkPage.receipts, "dead letters with prefix bulk-");
+    const selected = bulkPage.receipts.length;
+    assert.ok(selected >= 2, "seeded bulk-* dead letters");
+    await page.locator('#bulk-bar [data-bulk="redrive"]').click();
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-matched").textContent(), String(selected), "dry run: matched");
+    assert.equal(await page.locator("#confirm-done").textContent(), String(selected), "dry run: would change");
+    const untouched = await api("GET", "/v1/receipts?state=dead_lettered&prefix=bulk-&limit=50");
+    assert.equal(untouched.receipts.length, selected, "the dry run changed nothing");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-confirm.png") });
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    await listMatches(page, [], "dead letters with prefix bulk- after the bulk redrive");
+    const moved = await api("GET", "/v1/receipts?state=pending&prefix=bulk-&limit=50");
+    assert.equal(moved.receipts.length, selected, "every bulk-* receipt is pending after the bulk redrive");
+    assert.ok(moved.receipts.every((r) => r.attempts === 0), "attempts reset by the redrive");
+    ok(`bulk redrive: dry run showed ${selected}, confirmed, ${moved.receipts.length} receipts pending`);
+
+    check("cancel needs a reason");
+    await page.locator("#f-reset").click();
+    await page.locator('#state-tabs [data-state="pending"]').click();
+    const cancelRow = page.locator(`${rowsSelector}[data-receipt="pending-3"]`);
+    await cancelRow.locator('button[data-action="cancel"]').click();
+    await page.locator("#confirm").waitFor({ state: "visible" });
+    await page.locator("#confirm-dry").click();
+    await page.locator("#confirm-error").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-go").isDisabled(), true, "confirm without a reason");
+    await page.locator("#confirm-reason").fill("duplicate of pending-1 (dashboard test)");
+    await page.locator("#confirm-dry").click();
+    await until(() => page.locator("#confirm-go").isEnabled(), (v) => v);
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    await cancelRow.waitFor({ state: "detached" });
+    const canceled = await api("GET", "/v1/receipts/pending-3");
+    assert.equal(canceled.state, "canceled", "pending-3 after cancel");
+    assert.equal(canceled.cancel_reason, "duplicate of pending-1 (dashboard test)", "cancel reason");
+    ok("cancel: refused without a reason; with one, pending-3 is canceled");
 
     check(`look up ${target}`);
     await page.locator("#lookup-id").fill(target);
@@ -284,6 +344,21 @@ async function main() {
     assert.deepEqual(outcomes, redriven.history.map((h) => h.outcome), "history outcomes shown");
     assert.ok(outcomes.includes("permanent") && outcomes.includes("redrive"), `history: ${outcomes}`);
     ok(`lookup shows pending and history ${outcomes.join(" → ")}`);
+
+    check("a reader token sees no action");
+    await page.locator("#token").fill(READER_TOKEN);
+    await page.locator('#token-form [type="submit"]').click();
+    await page.locator("#role").filter({ hasText: "read-only" }).waitFor();
+    await page.locator('#state-tabs [data-state="dead_lettered"]').click();
+    const forReader = (await api("GET", "/v1/receipts?state=dead_lettered&limit=50")).receipts;
+    assert.ok(forReader.length > 0, "a dead letter is left to show");
+    await listMatches(page, forReader, "dead letters, reader token");
+    assert.equal(await page.locator(".act:visible").count(), 0, "action controls visible to a reader token");
+    assert.equal(await page.locator("#error").isHidden(), true, "an error is shown to a reader");
+    ok(`reader: ${forReader.length} dead letters listed, no action button`);
+    await page.locator("#token").fill(TOKEN);
+    await page.locator('#token-form [type="submit"]').click();
+    await page.locator("body.can-act").waitFor({ state: "attached" });
 
     check("laptop layout");
     const wide = await horizontalOverflow(page);
