@@ -210,6 +210,37 @@ async function main() {
     const shown = await countsMatch(page, "after sign-in");
     ok(`counts match the API: ${JSON.stringify(shown)}`);
 
+    check("overview: last hour charts match GET /v1/stats");
+    const stats = await api("GET", "/v1/stats");
+    const sums = {};
+    for (const key of ["settled", "skipped", "retried", "dead_lettered", "enqueued", "conflicts"]) {
+      sums[key] = String(stats.minutes.reduce((a, m) => a + m[key], 0));
+    }
+    const legend = () =>
+      page.$$eval("#chart-throughput [data-series]", (items) =>
+        Object.fromEntries(items.map((i) => [i.getAttribute("data-series"), i.querySelector(".v").textContent])),
+      );
+    const shownSums = await until(legend, (v) => JSON.stringify(v) === JSON.stringify(sums), 15_000);
+    assert.deepEqual(shownSums, sums, "throughput totals differ from GET /v1/stats");
+    assert.ok(Number(sums.dead_lettered) >= 2 && Number(sums.enqueued) >= 10, `stats saw the seeding: ${JSON.stringify(sums)}`);
+    assert.ok((await page.locator("#chart-throughput svg rect").count()) > 0, "no bar drawn");
+    const depths = stats.minutes.filter((m) => m.depth !== null).map((m) => m.depth);
+    const depthShown = await page.locator('#chart-depth [data-series="depth"] .v').textContent();
+    assert.equal(depthShown, depths.length ? String(depths[depths.length - 1]) : "no sample", "latest depth");
+    const byCode = {};
+    for (const [query, key] of [[`state=dead_lettered&finished_from_ms=${stats.now_ms - 3_600_000}`, "dead"], ["state=retry_scheduled", "retry"]]) {
+      for (const r of (await api("GET", `/v1/receipts?${query}&limit=500`)).receipts) {
+        const t = (byCode[r.last_failure.code] ||= { dead: 0, retry: 0 });
+        t[key] += 1;
+      }
+    }
+    const codesShown = await page.$$eval("#chart-failures [data-code]", (rows) =>
+      Object.fromEntries(rows.map((r) => [r.getAttribute("data-code"), { dead: Number(r.getAttribute("data-dead")), retry: Number(r.getAttribute("data-retry")) }])),
+    );
+    assert.deepEqual(codesShown, byCode, "failures by code differ from GET /v1/receipts");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
+    ok(`charts: throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
+
     check("receipts view: dead letters, 10 per page");
     await page.locator('nav a[data-view="receipts"]').click();
     await page.locator('#state-tabs [data-state="dead_lettered"][aria-pressed="true"]').waitFor();
