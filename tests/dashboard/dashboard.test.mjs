@@ -14,6 +14,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { isDeepStrictEqual } from "node:util";
 import { chromium } from "playwright-core";
 
 // Every count card: the seven states, and `scheduled` (pending receipts not due yet).
@@ -38,6 +39,7 @@ const CHROMIUM_FLAGS = [
 
 let step = "start";
 let passed = 0;
+const started = Date.now();
 
 function check(name) {
   step = name;
@@ -45,7 +47,7 @@ function check(name) {
 
 function ok(message) {
   passed += 1;
-  console.log(`ok ${passed} - ${message}`);
+  console.log(`ok ${passed} - ${message} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
 }
 
 async function api(method, urlPath) {
@@ -144,6 +146,48 @@ async function rowCells(page, id) {
   });
 }
 
+/** The receipt page shows what GET /v1/receipts/{id} answers (polled); returns the answer. */
+async function receiptMatches(page, id) {
+  let want = null;
+  const read = async () => {
+    want = await api("GET", `/v1/receipts/${encodeURIComponent(id)}`);
+    return page.evaluate(() => {
+      const facts = {};
+      for (const dd of document.querySelectorAll("#receipt-facts dd[data-field]")) facts[dd.getAttribute("data-field")] = dd.getAttribute("data-value");
+      return {
+        id: document.querySelector("#receipt-id")?.textContent ?? null,
+        facts,
+        observation: document.querySelector("#receipt-observation")?.textContent ?? null,
+        history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) => li.getAttribute("data-outcome")),
+      };
+    });
+  };
+  const expected = (r) => {
+    const facts = { state: r.state, attempts: String(r.attempts), finalized_at: String(r.finalized_at), row_version: String(r.row_version) };
+    const opt = (key, value) => { if (value !== null && value !== undefined) facts[key] = String(value); };
+    opt("next_visible_at_ms", r.next_visible_at_ms);
+    opt("held_at_ms", r.held_at_ms);
+    opt("lease_owner", r.lease?.owner);
+    opt("lease_until_ms", r.lease?.until_ms);
+    opt("last_failure_code", r.last_failure?.code);
+    opt("detail_sha256", r.last_failure?.detail_sha256);
+    opt("dead_lettered_at_ms", r.dead_letter?.dead_lettered_at_ms);
+    opt("dead_letter", r.dead_letter?.code);
+    opt("transcript_id", r.transcript_id);
+    opt("skip_reason", r.skip_reason);
+    opt("cancel_reason", r.cancel_reason);
+    return {
+      id: r.receipt_id,
+      facts,
+      observation: JSON.stringify(r.observation ?? null, null, 2),
+      history: r.history.map((h) => h.outcome),
+    };
+  };
+  const shown = await until(read, (v) => isDeepStrictEqual(v, expected(want)));
+  assert.deepEqual(shown, expected(want), `receipt page of ${id} differs from GET /v1/receipts/${id}`);
+  return want;
+}
+
 async function horizontalOverflow(page) {
   return page.evaluate(() => ({
     scrollWidth: document.documentElement.scrollWidth,
@@ -220,7 +264,7 @@ async function main() {
       page.$$eval("#chart-throughput [data-series]", (items) =>
         Object.fromEntries(items.map((i) => [i.getAttribute("data-series"), i.querySelector(".v").textContent])),
       );
-    const shownSums = await until(legend, (v) => JSON.stringify(v) === JSON.stringify(sums), 15_000);
+    const shownSums = await until(legend, (v) => isDeepStrictEqual(v, sums), 15_000);
     assert.deepEqual(shownSums, sums, "throughput totals differ from GET /v1/stats");
     assert.ok(Number(sums.dead_lettered) >= 2 && Number(sums.enqueued) >= 10, `stats saw the seeding: ${JSON.stringify(sums)}`);
     assert.ok((await page.locator("#chart-throughput svg rect").count()) > 0, "no bar drawn");
@@ -360,21 +404,29 @@ async function main() {
     assert.equal(canceled.cancel_reason, "duplicate of pending-1 (dashboard test)", "cancel reason");
     ok("cancel: refused without a reason; with one, pending-3 is canceled");
 
-    check(`look up ${target}`);
-    await page.locator("#lookup-id").fill(target);
-    await page.locator('#lookup-form [type="submit"]').click();
-    await page.locator("#lookup-state").waitFor({ state: "visible" });
-    assert.equal((await page.locator("#lookup-state strong").textContent()).trim(), "pending", "state shown");
-    assert.match(await page.locator("#lookup-state").textContent(), /attempts 0\b/, "attempts shown");
-    const historyRows = await page.$$eval("#lookup table tbody tr", (rows) =>
-      rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent)),
-    );
-    assert.equal(historyRows.length, redriven.history.length, "history rows shown vs. the API's history");
-    assert.ok(historyRows.length >= 2, "history has the permanent outcome and the redrive");
-    const outcomes = historyRows.map((cells) => cells[1]);
-    assert.deepEqual(outcomes, redriven.history.map((h) => h.outcome), "history outcomes shown");
+    check(`receipt page of ${target}, opened from its link`);
+    await page.goto(`${BASE}/#receipt=${encodeURIComponent(target)}`, { waitUntil: "load" });
+    await receiptMatches(page, target);
+    const link = await page.locator("#receipt-link").getAttribute("href");
+    assert.ok(link.endsWith(`#receipt=${encodeURIComponent(target)}`), `shareable link: ${link}`);
+    const outcomes = await page.$$eval("#timeline li[data-outcome]", (items) => items.map((i) => i.getAttribute("data-outcome")));
     assert.ok(outcomes.includes("permanent") && outcomes.includes("redrive"), `history: ${outcomes}`);
-    ok(`lookup shows pending and history ${outcomes.join(" → ")}`);
+    ok(`#receipt=${target} opens on load: state, facts and timeline ${outcomes.join(" → ")} match the API`);
+
+    check("receipt page: lease holder, failure detail hash, observation");
+    await page.locator("#lookup-id").fill("leased-1");
+    await page.locator('#lookup-form [type="submit"]').click();
+    const leasedView = await receiptMatches(page, "leased-1");
+    assert.ok(leasedView.lease, "leased-1 has a lease");
+    await page.locator('nav a[data-view="receipts"]').click();
+    await page.locator('#state-tabs [data-state="dead_lettered"]').click();
+    await page.locator('#receipts tr[data-receipt="dead-1"] a[data-receipt-link]').click();
+    const deadView = await receiptMatches(page, "dead-1");
+    assert.ok(deadView.last_failure && deadView.dead_letter, "dead-1 has its failure and dead letter");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-receipt.png") });
+    await page.goBack();
+    await page.locator("#receipts-table").waitFor({ state: "visible" });
+    ok("leased-1 shows its lease holder and deadline; dead-1 its failure hash and dead letter; a list link opens the page");
 
     check("a reader token sees no action");
     await page.locator("#token").fill(READER_TOKEN);
