@@ -443,23 +443,50 @@ async function main() {
     await page.locator('#token-form [type="submit"]').click();
     await page.locator("body.can-act").waitFor({ state: "attached" });
 
-    check("laptop layout");
-    const wide = await horizontalOverflow(page);
-    assert.ok(wide.scrollWidth <= wide.innerWidth, `horizontal overflow at 1280 px: ${JSON.stringify(wide)}`);
-    ok("no horizontal overflow at 1280x800");
+    check("hold and unhold from the receipt page");
+    await page.goto(`${BASE}/#receipt=pending-1`, { waitUntil: "load" });
+    await receiptMatches(page, "pending-1");
+    await page.locator('#receipt-actions [data-action="hold"]').click();
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-done").textContent(), "1", "the dry run would hold one receipt");
+    await page.locator("#confirm-reason").fill("merchant dispute (dashboard test)");
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    const held = await receiptMatches(page, "pending-1");
+    assert.ok(held.held_at_ms, "pending-1 is held");
+    assert.equal(held.history.at(-1).note, "merchant dispute (dashboard test)", "hold reason in history");
+    assert.equal(held.history.at(-1).actor, "alice", "the operator token's name in history");
+    await page.locator('#receipt-actions [data-action="unhold"]').click();
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    const unheld = await receiptMatches(page, "pending-1");
+    assert.equal(unheld.held_at_ms ?? null, null, "pending-1 is no longer held");
+    ok("pending-1 held (reason and actor in its history) and unheld, each through its dry run");
 
-    check("phone layout");
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
-    const narrow = await horizontalOverflow(page);
-    assert.ok(
-      narrow.scrollWidth <= narrow.innerWidth,
-      `horizontal overflow at 390 px: ${JSON.stringify(narrow)}`,
-    );
-    if (SCREENSHOT_DIR) {
-      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-phone.png"), fullPage: true });
+    // Each view, laptop then phone: no horizontal overflow; a screenshot of each at 1280x800.
+    const views = [
+      ["overview", "#overview", "#chart-throughput svg"],
+      ["receipts", "#receipts", "#receipts-table"],
+      ["receipt", "#receipt=dead-1", "#timeline"],
+    ];
+    for (const [width, height] of [[1280, 800], [390, 844]]) {
+      check(`layout at ${width}x${height}`);
+      await page.setViewportSize({ width, height });
+      for (const [name, hash, ready] of views) {
+        await page.goto(`${BASE}/${hash}`, { waitUntil: "load" });
+        await page.locator(ready).first().waitFor({ state: "visible" });
+        await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+        const size = await horizontalOverflow(page);
+        assert.ok(size.scrollWidth <= size.innerWidth, `${name}: horizontal overflow at ${width} px: ${JSON.stringify(size)}`);
+        if (SCREENSHOT_DIR && width === 390 && name === "receipts") {
+          await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-phone.png") });
+        }
+      }
+      ok(`no horizontal overflow at ${width}x${height} in ${views.map((v) => v[0]).join(", ")}`);
     }
-    ok("no horizontal overflow at 390x844");
 
     check("offline");
     assert.deepEqual(foreign, [], `the page made requests to hosts other than ${origin}`);
