@@ -482,6 +482,7 @@ async function main() {
         const size = await horizontalOverflow(page);
         assert.ok(size.scrollWidth <= size.innerWidth, `${name}: horizontal overflow at ${width} px: ${JSON.stringify(size)}`);
         if (SCREENSHOT_DIR && width === 390 && name === "receipts") {
+          await page.evaluate(() => window.scrollTo(0, 0));
           await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-phone.png") });
         }
       }
