@@ -146,7 +146,7 @@ impl Api {
     }
 }
 
-/// Some pending (one of them scheduled for tomorrow), one leased, one retrying, one settled,
+/// Some pending (one of them scheduled for tomorrow, one with numbers beyond a double), one leased, one retrying, one settled,
 /// two dead-lettered (`invalid_receipt_signature`) and `BULK` more (`invalid_action_hash`).
 async fn seed(api: &Api) {
     for (i, id) in ["pending-1", "pending-2", "pending-3"].iter().enumerate() {
@@ -159,6 +159,13 @@ async fn seed(api: &Api) {
         + 86_400_000;
     let body = json!({"receipt_id": "scheduled-1", "finalized_at": 1_764_460_805, "visible_at_ms": tomorrow});
     api.expect("/v1/receipts", Some(body), 201).await;
+    // Numbers JavaScript's JSON.parse would round: the receipt page shows them as stored.
+    let precise: Value = serde_json::from_str(
+        r#"{"receipt_id": "precise-1", "finalized_at": 1764460806,
+            "observation": {"amount_minor": 123456789012345678901, "rate": 0.1000000000000000055511151231257827}}"#,
+    )
+    .expect("precise-1 JSON");
+    api.expect("/v1/receipts", Some(precise), 201).await;
     api.enqueue("leased-1", 1_764_460_810).await;
     api.claim("leased-1", 3_600_000).await;
     api.enqueue("settled-1", 1_764_460_820).await;
@@ -193,7 +200,7 @@ async fn seed(api: &Api) {
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
+        json!({"pending": 5, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
         "seeded counts"
     );
 }

@@ -157,7 +157,7 @@ async function receiptMatches(page, id) {
       return {
         id: document.querySelector("#receipt-id")?.textContent ?? null,
         facts,
-        observation: document.querySelector("#receipt-observation")?.textContent ?? null,
+        observation: JSON.parse(document.querySelector("#receipt-observation")?.textContent ?? "undefined"),
         history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) => li.getAttribute("data-outcome")),
       };
     });
@@ -179,7 +179,7 @@ async function receiptMatches(page, id) {
     return {
       id: r.receipt_id,
       facts,
-      observation: JSON.stringify(r.observation ?? null, null, 2),
+      observation: r.observation ?? null,
       history: r.history.map((h) => h.outcome),
     };
   };
@@ -412,6 +412,16 @@ async function main() {
     const outcomes = await page.$$eval("#timeline li[data-outcome]", (items) => items.map((i) => i.getAttribute("data-outcome")));
     assert.ok(outcomes.includes("permanent") && outcomes.includes("redrive"), `history: ${outcomes}`);
     ok(`#receipt=${target} opens on load: state, facts and timeline ${outcomes.join(" → ")} match the API`);
+
+    check("receipt page: an observation's numbers as stored");
+    await page.locator("#lookup-id").fill("precise-1");
+    await page.locator('#lookup-form [type="submit"]').click();
+    await receiptMatches(page, "precise-1");
+    const observed = await page.locator("#receipt-observation").textContent();
+    for (const digits of ["123456789012345678901", "0.1000000000000000055511151231257827"]) {
+      assert.ok(observed.includes(digits), `the observation shows ${digits}: ${observed}`);
+    }
+    ok("precise-1: the observation keeps every digit the server stored");
 
     check("receipt page: lease holder, failure detail hash, observation");
     await page.locator("#lookup-id").fill("leased-1");
