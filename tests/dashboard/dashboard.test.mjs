@@ -50,12 +50,15 @@ function ok(message) {
   console.log(`ok ${passed} - ${message} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
 }
 
-async function api(method, urlPath) {
+async function api(method, urlPath, body) {
   let response;
   try {
+    const headers = { Authorization: `Bearer ${TOKEN}`, Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     response = await fetch(BASE + urlPath, {
       method,
-      headers: { Authorization: `Bearer ${TOKEN}`, Accept: "application/json" },
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (error) {
     throw new Error(`cannot reach ${BASE} (${method} ${urlPath}): ${error.cause?.message ?? error.message}`);
@@ -403,6 +406,24 @@ async function main() {
     assert.equal(canceled.state, "canceled", "pending-3 after cancel");
     assert.equal(canceled.cancel_reason, "duplicate of pending-1 (dashboard test)", "cancel reason");
     ok("cancel: refused without a reason; with one, pending-3 is canceled");
+
+    check("a selection that changes after its dry run is refused");
+    await page.locator("#f-prefix").fill("pending-");
+    await page.locator('#filter-form [type="submit"]').click();
+    const before = (await api("GET", "/v1/receipts?state=pending&prefix=pending-&limit=50")).receipts;
+    await listMatches(page, before, "pending receipts with prefix pending-");
+    await page.locator('#bulk-bar [data-bulk="hold"]').click();
+    await page.locator("#confirm-matched").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-matched").textContent(), String(before.length), "dry run: matched");
+    await api("POST", "/v1/receipts", { receipt_id: "pending-4", finalized_at: 1_764_460_803, observation: { amount: 7 } });
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-error").waitFor({ state: "visible" });
+    assert.match(await page.locator("#confirm-error").textContent(), /count_mismatch/, "the refusal names count_mismatch");
+    const notHeld = (await api("GET", "/v1/receipts?held=true&limit=50")).receipts;
+    assert.deepEqual(notHeld, [], "nothing was held");
+    await page.locator("#confirm-close").click();
+    await page.locator("#f-reset").click();
+    ok(`hold of ${before.length} refused after a receipt joined the selection (409 count_mismatch); nothing held`);
 
     check(`receipt page of ${target}, opened from its link`);
     await page.goto(`${BASE}/#receipt=${encodeURIComponent(target)}`, { waitUntil: "load" });
