@@ -1,9 +1,12 @@
 //! Tests that drive the real binary with npm and Python tooling, each pinned and installed by a
 //! setup script that .ci/run calls.
 //!
-//! The operator dashboard in a real browser: starts the real binary with an operator token,
-//! seeds receipts in every interesting state through the API, then runs
-//! `node tests/dashboard/dashboard.test.mjs` (playwright-core driving headless Debian Chromium).
+//! The operator dashboard in a real browser: starts the real binary with an operator token (named
+//! `alice`) and a reader token, seeds receipts in every interesting state through the API, then
+//! runs `node tests/dashboard/dashboard.test.mjs` (playwright-core driving headless Debian
+//! Chromium): each view against the API's answers, actions through their dry runs, a reader
+//! token without actions, no request to another host, no horizontal overflow. Afterwards the
+//! store must hold what the browser did.
 //! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
 //! (`bash tests/dashboard/ci-setup.sh` installs the last two).
 //!
@@ -23,6 +26,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "operator-dashboard-token-0123456789";
+const READER_TOKEN: &str = "reader-dashboard-token-0123456789";
+/// Dead letters seeded for paging and for the bulk redrive (`bulk-01` … `bulk-12`).
+const BULK: usize = 12;
 const CHROMIUM: &str = "/usr/bin/chromium";
 const SETUP: &str = "bash tests/dashboard/ci-setup.sh   (or: apt-get install -y chromium && npm ci --prefix tests/dashboard)";
 const NODE_TIMEOUT: Duration = Duration::from_secs(180);
@@ -143,7 +149,8 @@ impl Api {
     }
 }
 
-/// Some pending (one of them scheduled for tomorrow), one leased, one settled, two dead-lettered.
+/// Some pending (one of them scheduled for tomorrow, one with numbers beyond a double), one leased, one retrying, one settled,
+/// two dead-lettered (`invalid_receipt_signature`) and `BULK` more (`invalid_action_hash`).
 async fn seed(api: &Api) {
     for (i, id) in ["pending-1", "pending-2", "pending-3"].iter().enumerate() {
         api.enqueue(id, 1_764_460_800 + i as u64).await;
@@ -155,6 +162,13 @@ async fn seed(api: &Api) {
         + 86_400_000;
     let body = json!({"receipt_id": "scheduled-1", "finalized_at": 1_764_460_805, "visible_at_ms": tomorrow});
     api.expect("/v1/receipts", Some(body), 201).await;
+    // Numbers JavaScript's JSON.parse would round: the receipt page shows them as stored.
+    let precise: Value = serde_json::from_str(
+        r#"{"receipt_id": "precise-1", "finalized_at": 1764460806,
+            "observation": {"amount_minor": 123456789012345678901, "rate": 0.1000000000000000055511151231257827}}"#,
+    )
+    .expect("precise-1 JSON");
+    api.expect("/v1/receipts", Some(precise), 201).await;
     api.enqueue("leased-1", 1_764_460_810).await;
     api.claim("leased-1", 3_600_000).await;
     api.enqueue("settled-1", 1_764_460_820).await;
@@ -173,10 +187,23 @@ async fn seed(api: &Api) {
         let route = api.outcome(&claim, outcome).await;
         assert_eq!(route["kind"], "dead_lettered", "{id}: {route}");
     }
+    for i in 1..=BULK {
+        let id = format!("bulk-{i:02}");
+        api.enqueue(&id, 1_764_460_900 + i as u64).await;
+        let claim = api.claim(&id, 60_000).await;
+        let outcome = json!({"kind": "permanent", "code": "invalid_action_hash", "detail": format!("bulk seed {i}")});
+        let route = api.outcome(&claim, outcome).await;
+        assert_eq!(route["kind"], "dead_lettered", "{id}: {route}");
+    }
+    api.enqueue("retry-1", 1_764_460_850).await;
+    let claim = api.claim("retry-1", 60_000).await;
+    let outcome = json!({"kind": "retryable", "code": "rpc", "detail": "rail timed out"});
+    let route = api.outcome(&claim, outcome).await;
+    assert_eq!(route["kind"], "retry_scheduled", "retry-1: {route}");
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 4, "scheduled": 1, "leased": 1, "retry_scheduled": 0, "settled": 1, "skipped": 0, "dead_lettered": 2, "canceled": 0}),
+        json!({"pending": 5, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
         "seeded counts"
     );
 }
@@ -204,6 +231,7 @@ fn run_node(base: &str) -> bool {
         .current_dir(project())
         .env("BASE", base)
         .env("TOKEN", TOKEN)
+        .env("READER_TOKEN", READER_TOKEN)
         .env("REDRIVE_ID", "dead-2")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -250,7 +278,13 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     }
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start(dir.path(), &[format!("operator:{TOKEN}")]);
+    let server = start(
+        dir.path(),
+        &[
+            format!("operator:alice:{TOKEN}"),
+            format!("reader:{READER_TOKEN}"),
+        ],
+    );
     let api = Api {
         client: reqwest::Client::new(),
         base: server.base.clone(),
@@ -270,5 +304,14 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     let redriven = api.expect("/v1/receipts/dead-2", None, 200).await;
     assert_eq!(redriven["state"], "pending");
     assert_eq!(redriven["attempts"], 0);
+    // So are the bulk redrive and the cancel.
+    for i in 1..=BULK {
+        let receipt = api
+            .expect(&format!("/v1/receipts/bulk-{i:02}"), None, 200)
+            .await;
+        assert_eq!(receipt["state"], "pending", "bulk-{i:02}");
+    }
+    let canceled = api.expect("/v1/receipts/pending-3", None, 200).await;
+    assert_eq!(canceled["state"], "canceled");
     drop(server);
 }

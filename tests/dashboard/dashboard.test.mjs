@@ -1,10 +1,13 @@
 // Drives the operator dashboard (GET /) in headless Debian Chromium through playwright-core.
 //
-//   BASE=http://127.0.0.1:8080 TOKEN=<operator token> node tests/dashboard/dashboard.test.mjs
+//   BASE=http://127.0.0.1:8080 TOKEN=<operator token> READER_TOKEN=<reader token> \
+//     node tests/dashboard/dashboard.test.mjs
 //
 // Optional: REDRIVE_ID (the dead-lettered receipt to redrive; default the first dead letter),
-// CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes dashboard-laptop.png and
-// dashboard-phone.png there). The server must hold at least one dead-lettered receipt.
+// CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes a PNG of each view there),
+// CPU_THROTTLE (slow the page down that many times, as on a loaded machine).
+// The server must hold what tests/dashboard.rs seeds: at least 11 dead letters (two pages of
+// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test).
 // Exits 0 when every check passes, 1 with a message naming the failed step otherwise.
 // tests/dashboard.rs starts the real binary, seeds it and runs this script.
 
@@ -12,14 +15,18 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { isDeepStrictEqual } from "node:util";
 import { chromium } from "playwright-core";
 
 // Every count card: the seven states, and `scheduled` (pending receipts not due yet).
 const STATES = ["pending", "scheduled", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered", "canceled"];
 const BASE = (process.env.BASE || "").replace(/\/+$/, "");
 const TOKEN = process.env.TOKEN || "";
+const READER_TOKEN = process.env.READER_TOKEN || "";
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || "";
+// CPU_THROTTLE=6 runs the page six times slower (Chromium's CPU throttling): a loaded machine.
+const CPU_THROTTLE = Number(process.env.CPU_THROTTLE || "1");
 const STEP_TIMEOUT_MS = 10_000;
 const OVERALL_TIMEOUT_MS = 120_000;
 const CHROMIUM_FLAGS = [
@@ -35,6 +42,7 @@ const CHROMIUM_FLAGS = [
 
 let step = "start";
 let passed = 0;
+const started = Date.now();
 
 function check(name) {
   step = name;
@@ -42,15 +50,18 @@ function check(name) {
 
 function ok(message) {
   passed += 1;
-  console.log(`ok ${passed} - ${message}`);
+  console.log(`ok ${passed} - ${message} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
 }
 
-async function api(method, urlPath) {
+async function api(method, urlPath, body) {
   let response;
   try {
+    const headers = { Authorization: `Bearer ${TOKEN}`, Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     response = await fetch(BASE + urlPath, {
       method,
-      headers: { Authorization: `Bearer ${TOKEN}`, Accept: "application/json" },
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (error) {
     throw new Error(`cannot reach ${BASE} (${method} ${urlPath}): ${error.cause?.message ?? error.message}`);
@@ -117,6 +128,76 @@ async function countsMatch(page, label) {
   return shown;
 }
 
+/** The ids of the list's rows, in order. */
+async function listIds(page) {
+  return page.$$eval("#receipts tr[data-receipt]", (rows) => rows.map((r) => r.getAttribute("data-receipt")));
+}
+
+/** The list shows exactly these receipts, in this order (polled). */
+async function listMatches(page, receipts, label) {
+  const want = receipts.map((r) => r.receipt_id);
+  const shown = await until(() => listIds(page), (ids) => JSON.stringify(ids) === JSON.stringify(want));
+  assert.deepEqual(shown, want, `${label}: rows differ from GET /v1/receipts`);
+}
+
+/** One row's cells by column key (a detail hash gives its full value). */
+async function rowCells(page, id) {
+  return page.$eval(`#receipts tr[data-receipt=${JSON.stringify(id)}]`, (row) => {
+    const out = {};
+    for (const td of row.querySelectorAll("td[data-col]")) {
+      const hash = td.querySelector("[data-hash]");
+      out[td.getAttribute("data-col")] = hash ? hash.getAttribute("data-hash") : td.textContent.trim();
+    }
+    return out;
+  });
+}
+
+/** The receipt page shows what GET /v1/receipts/{id} answers (polled); returns the answer. */
+async function receiptMatches(page, id) {
+  let want = null;
+  const read = async () => {
+    want = await api("GET", `/v1/receipts/${encodeURIComponent(id)}`);
+    return page.evaluate(() => {
+      const facts = {};
+      for (const dd of document.querySelectorAll("#receipt-facts dd[data-field]")) facts[dd.getAttribute("data-field")] = dd.getAttribute("data-value");
+      return {
+        id: document.querySelector("#receipt-id")?.textContent ?? null,
+        facts,
+        // Parsed, as the API's answer is (both round the same numbers; precise-1 checks digits).
+        observation: (() => {
+          const pre = document.querySelector("#receipt-observation");
+          try { return pre ? JSON.parse(pre.textContent) : "(not shown)"; } catch { return "(not JSON)"; }
+        })(),
+        history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) => li.getAttribute("data-outcome")),
+      };
+    });
+  };
+  const expected = (r) => {
+    const facts = { state: r.state, attempts: String(r.attempts), finalized_at: String(r.finalized_at), row_version: String(r.row_version) };
+    const opt = (key, value) => { if (value !== null && value !== undefined) facts[key] = String(value); };
+    opt("next_visible_at_ms", r.next_visible_at_ms);
+    opt("held_at_ms", r.held_at_ms);
+    opt("lease_owner", r.lease?.owner);
+    opt("lease_until_ms", r.lease?.until_ms);
+    opt("last_failure_code", r.last_failure?.code);
+    opt("detail_sha256", r.last_failure?.detail_sha256);
+    opt("dead_lettered_at_ms", r.dead_letter?.dead_lettered_at_ms);
+    opt("dead_letter", r.dead_letter?.code);
+    opt("transcript_id", r.transcript_id);
+    opt("skip_reason", r.skip_reason);
+    opt("cancel_reason", r.cancel_reason);
+    return {
+      id: r.receipt_id,
+      facts,
+      observation: r.observation ?? null,
+      history: r.history.map((h) => h.outcome),
+    };
+  };
+  const shown = await until(read, (v) => isDeepStrictEqual(v, expected(want)));
+  assert.deepEqual(shown, expected(want), `receipt page of ${id} differs from GET /v1/receipts/${id}`);
+  return want;
+}
+
 async function horizontalOverflow(page) {
   return page.evaluate(() => ({
     scrollWidth: document.documentElement.scrollWidth,
@@ -129,10 +210,11 @@ async function main() {
   check("configuration");
   assert.ok(BASE, "set BASE to the server's base URL, e.g. BASE=http://127.0.0.1:8080");
   assert.ok(TOKEN, "set TOKEN to an operator token");
+  assert.ok(READER_TOKEN, "set READER_TOKEN to a reader token");
   const origin = new URL(BASE).origin;
 
   check("seeded data");
-  const letters = (await api("GET", "/v1/dead-letters?limit=50")).dead_letters;
+  const letters = (await api("GET", "/v1/dead-letters?limit=100")).dead_letters;
   assert.ok(letters.length > 0, "the server holds no dead-lettered receipt to redrive");
   const target = process.env.REDRIVE_ID || letters[0].receipt_id;
   assert.ok(
@@ -162,6 +244,10 @@ async function main() {
       if (new URL(url).origin !== origin) foreign.push(url);
     });
     page.on("pageerror", (error) => pageErrors.push(error.message));
+    if (CPU_THROTTLE > 1) {
+      const cdp = await context.newCDPSession(page);
+      await cdp.send("Emulation.setCPUThrottlingRate", { rate: CPU_THROTTLE });
+    }
     ok(`chromium ${context.browser()?.version() ?? ""} started`);
 
     check("open the page");
@@ -182,70 +268,268 @@ async function main() {
     const shown = await countsMatch(page, "after sign-in");
     ok(`counts match the API: ${JSON.stringify(shown)}`);
 
-    check("dead-letter table");
-    const rowsSelector = "#dead-letters tr[data-receipt]";
-    await page.locator(rowsSelector).first().waitFor({ state: "attached" });
-    const rowIds = await page.$$eval(rowsSelector, (rows) => rows.map((r) => r.getAttribute("data-receipt")));
-    assert.deepEqual(
-      [...rowIds].sort(),
-      letters.map((l) => l.receipt_id).sort(),
-      "dead-letter rows differ from GET /v1/dead-letters",
-    );
-    ok(`dead-letter rows match the API: ${rowIds.join(", ")}`);
-
-    if (SCREENSHOT_DIR) {
-      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-laptop.png"), fullPage: true });
+    check("overview: last hour charts match GET /v1/stats");
+    const stats = await api("GET", "/v1/stats");
+    const sums = {};
+    for (const key of ["settled", "skipped", "retried", "dead_lettered", "enqueued", "conflicts"]) {
+      sums[key] = String(stats.minutes.reduce((a, m) => a + m[key], 0));
     }
+    const legend = () =>
+      page.$$eval("#chart-throughput [data-series]", (items) =>
+        Object.fromEntries(items.map((i) => [i.getAttribute("data-series"), i.querySelector(".v").textContent])),
+      );
+    const shownSums = await until(legend, (v) => isDeepStrictEqual(v, sums), 15_000);
+    assert.deepEqual(shownSums, sums, "throughput totals differ from GET /v1/stats");
+    assert.ok(Number(sums.dead_lettered) >= 2 && Number(sums.enqueued) >= 10, `stats saw the seeding: ${JSON.stringify(sums)}`);
+    assert.ok((await page.locator("#chart-throughput svg rect").count()) > 0, "no bar drawn");
+    const depths = stats.minutes.filter((m) => m.depth !== null).map((m) => m.depth);
+    const depthShown = await page.locator('#chart-depth [data-series="depth"] .v').textContent();
+    assert.equal(depthShown, depths.length ? String(depths[depths.length - 1]) : "no sample", "latest depth");
+    const byCode = {};
+    for (const [query, key] of [[`state=dead_lettered&finished_from_ms=${stats.now_ms - 3_600_000}`, "dead"], ["state=retry_scheduled", "retry"]]) {
+      for (const r of (await api("GET", `/v1/receipts?${query}&limit=500`)).receipts) {
+        const t = (byCode[r.last_failure.code] ||= { dead: 0, retry: 0 });
+        t[key] += 1;
+      }
+    }
+    const codesShown = await page.$$eval("#chart-failures [data-code]", (rows) =>
+      Object.fromEntries(rows.map((r) => [r.getAttribute("data-code"), { dead: Number(r.getAttribute("data-dead")), retry: Number(r.getAttribute("data-retry")) }])),
+    );
+    assert.deepEqual(codesShown, byCode, "failures by code differ from GET /v1/receipts");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
+    ok(`charts: throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
 
-    check(`redrive ${target}`);
+    check("receipts view: dead letters, 10 per page");
+    await page.locator('nav a[data-view="receipts"]').click();
+    await page.locator('#state-tabs [data-state="dead_lettered"][aria-pressed="true"]').waitFor();
+    await page.locator("#f-limit").selectOption("10");
+    await page.locator('#filter-form [type="submit"]').click();
+    const first = await api("GET", "/v1/receipts?state=dead_lettered&limit=10");
+    assert.ok(first.next_cursor, "the seeded dead letters fill more than one page of 10");
+    await listMatches(page, first.receipts, "dead letters, page 1");
+    const shownRow = await rowCells(page, first.receipts[0].receipt_id);
+    const lf = first.receipts[0].last_failure;
+    assert.equal(shownRow.code, lf.code, "code shown");
+    assert.equal(shownRow.attempts, String(first.receipts[0].attempts), "attempts shown");
+    assert.equal(shownRow.hash, lf.detail_sha256, "detail hash shown");
+    assert.ok(shownRow.finished.length > 0, "dead-lettered time shown");
+    ok(`dead-letter page 1 matches GET /v1/receipts: ${first.receipts.length} rows, code/attempts/hash/when shown`);
+
+    check("receipts view: next page");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-receipts.png") });
+    await page.locator("#page-next").click();
+    const second = await api("GET", `/v1/receipts?state=dead_lettered&limit=10&cursor=${encodeURIComponent(first.next_cursor)}`);
+    await listMatches(page, second.receipts, "dead letters, page 2");
+    await page.locator("#page-first").click();
+    await listMatches(page, first.receipts, "dead letters, back to page 1");
+    ok(`next page follows next_cursor: ${second.receipts.map((r) => r.receipt_id).join(", ")}`);
+
+    check("receipts view: leased");
+    await page.locator('#state-tabs [data-state="leased"]').click();
+    const leased = await api("GET", "/v1/receipts?state=leased&limit=10");
+    await listMatches(page, leased.receipts, "leased");
+    const leasedRow = await rowCells(page, leased.receipts[0].receipt_id);
+    assert.equal(leasedRow.owner, leased.receipts[0].lease.owner, "lease owner shown");
+    assert.ok(leasedRow.deadline.length > 0, "lease deadline shown");
+    ok(`leased rows show owner ${leasedRow.owner} and deadline ${leasedRow.deadline}`);
+
+    check("receipts view: filter by id prefix");
+    await page.locator('#state-tabs [data-state=""]').click();
+    await page.locator("#f-prefix").fill("pending-");
+    await page.locator('#filter-form [type="submit"]').click();
+    const prefixed = await api("GET", "/v1/receipts?prefix=pending-&limit=10");
+    await listMatches(page, prefixed.receipts, "prefix pending-");
+    await page.locator("#f-reset").click();
+    await page.locator("#f-limit").selectOption("50");
+    await page.locator('#state-tabs [data-state="dead_lettered"]').click();
+    const rowsSelector = "#receipts tr[data-receipt]";
+    await listMatches(page, (await api("GET", "/v1/receipts?state=dead_lettered&limit=50")).receipts, "dead letters, 50 per page");
+    ok(`prefix filter shows ${prefixed.receipts.map((r) => r.receipt_id).join(", ")}`);
+
+    check("an operator token shows the actions");
+    await page.locator("body.can-act").waitFor({ state: "attached" });
+    assert.ok(await page.locator("#bulk-bar").isVisible(), "the bulk actions are hidden for an operator");
+    ok("operator: row and bulk actions shown");
+
+    check(`redrive ${target}: dry run, then confirm`);
     const row = page.locator(`${rowsSelector}[data-receipt=${JSON.stringify(target)}]`);
     assert.equal(await row.count(), 1, `no dead-letter row for ${target}`);
-    await row.getByRole("button", { name: "Redrive" }).click();
+    await row.locator('button[data-action="redrive"]').click();
+    await page.locator("#confirm").waitFor({ state: "visible" });
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-done").textContent(), "1", "the dry run would change one receipt");
+    assert.equal((await api("GET", `/v1/receipts/${encodeURIComponent(target)}`)).state, "dead_lettered", "the dry run changed nothing");
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
     await row.waitFor({ state: "detached" });
     const redriven = await api("GET", `/v1/receipts/${encodeURIComponent(target)}`);
     assert.equal(redriven.state, "pending", `${target} after redrive`);
     assert.equal(redriven.attempts, 0, `${target} attempts after redrive`);
     // The row stays gone (no stale refresh brings it back) and the counts follow.
-    await new Promise((resolve) => setTimeout(resolve, 2_500));
-    assert.equal(await row.count(), 0, `the row for ${target} came back after the redrive`);
+    const stays = await until(() => row.count(), (n) => n !== 0, 2_500);
+    assert.equal(stays, 0, `the row for ${target} came back after the redrive`);
     const after = await countsMatch(page, "after redrive");
     assert.equal(after.dead_lettered, shown.dead_lettered - 1, "dead_lettered count after redrive");
     assert.equal(await page.locator("#error").isHidden(), true, "an error is shown after redrive");
-    ok(`redrive removed the row; ${target} is pending with attempts 0`);
+    ok(`redrive through its dry run removed the row; ${target} is pending with attempts 0`);
 
-    check(`look up ${target}`);
-    await page.locator("#lookup-id").fill(target);
-    await page.locator('#lookup-form [type="submit"]').click();
-    await page.locator("#lookup-state").waitFor({ state: "visible" });
-    assert.equal((await page.locator("#lookup-state strong").textContent()).trim(), "pending", "state shown");
-    assert.match(await page.locator("#lookup-state").textContent(), /attempts 0\b/, "attempts shown");
-    const historyRows = await page.$$eval("#lookup table tbody tr", (rows) =>
-      rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent)),
-    );
-    assert.equal(historyRows.length, redriven.history.length, "history rows shown vs. the API's history");
-    assert.ok(historyRows.length >= 2, "history has the permanent outcome and the redrive");
-    const outcomes = historyRows.map((cells) => cells[1]);
-    assert.deepEqual(outcomes, redriven.history.map((h) => h.outcome), "history outcomes shown");
+    check("bulk redrive of the filtered selection");
+    await page.locator("#f-prefix").fill("bulk-");
+    await page.locator('#filter-form [type="submit"]').click();
+    const bulkPage = await api("GET", "/v1/receipts?state=dead_lettered&prefix=bulk-&limit=50");
+    await listMatches(page, bulkPage.receipts, "dead letters with prefix bulk-");
+    const selected = bulkPage.receipts.length;
+    assert.ok(selected >= 2, "seeded bulk-* dead letters");
+    await page.locator('#bulk-bar [data-bulk="redrive"]').click();
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-matched").textContent(), String(selected), "dry run: matched");
+    assert.equal(await page.locator("#confirm-done").textContent(), String(selected), "dry run: would change");
+    const untouched = await api("GET", "/v1/receipts?state=dead_lettered&prefix=bulk-&limit=50");
+    assert.equal(untouched.receipts.length, selected, "the dry run changed nothing");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-confirm.png") });
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    await listMatches(page, [], "dead letters with prefix bulk- after the bulk redrive");
+    const moved = await api("GET", "/v1/receipts?state=pending&prefix=bulk-&limit=50");
+    assert.equal(moved.receipts.length, selected, "every bulk-* receipt is pending after the bulk redrive");
+    assert.ok(moved.receipts.every((r) => r.attempts === 0), "attempts reset by the redrive");
+    ok(`bulk redrive: dry run showed ${selected}, confirmed, ${moved.receipts.length} receipts pending`);
+
+    check("cancel needs a reason");
+    await page.locator("#f-reset").click();
+    await page.locator('#state-tabs [data-state="pending"]').click();
+    const cancelRow = page.locator(`${rowsSelector}[data-receipt="pending-3"]`);
+    await cancelRow.locator('button[data-action="cancel"]').click();
+    await page.locator("#confirm").waitFor({ state: "visible" });
+    await page.locator("#confirm-dry").click();
+    await page.locator("#confirm-error").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-go").isDisabled(), true, "confirm without a reason");
+    await page.locator("#confirm-reason").fill("duplicate of pending-1 (dashboard test)");
+    await page.locator("#confirm-dry").click();
+    await until(() => page.locator("#confirm-go").isEnabled(), (v) => v);
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    await cancelRow.waitFor({ state: "detached" });
+    const canceled = await api("GET", "/v1/receipts/pending-3");
+    assert.equal(canceled.state, "canceled", "pending-3 after cancel");
+    assert.equal(canceled.cancel_reason, "duplicate of pending-1 (dashboard test)", "cancel reason");
+    ok("cancel: refused without a reason; with one, pending-3 is canceled");
+
+    check("a selection that changes after its dry run is refused");
+    await page.locator("#f-prefix").fill("pending-");
+    await page.locator('#filter-form [type="submit"]').click();
+    const before = (await api("GET", "/v1/receipts?state=pending&prefix=pending-&limit=50")).receipts;
+    await listMatches(page, before, "pending receipts with prefix pending-");
+    await page.locator('#bulk-bar [data-bulk="hold"]').click();
+    await page.locator("#confirm-matched").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-matched").textContent(), String(before.length), "dry run: matched");
+    await api("POST", "/v1/receipts", { receipt_id: "pending-4", finalized_at: 1_764_460_803, observation: { amount: 7 } });
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-error").waitFor({ state: "visible" });
+    assert.match(await page.locator("#confirm-error").textContent(), /count_mismatch/, "the refusal names count_mismatch");
+    const notHeld = (await api("GET", "/v1/receipts?held=true&limit=50")).receipts;
+    assert.deepEqual(notHeld, [], "nothing was held");
+    await page.locator("#confirm-close").click();
+    await page.locator("#f-reset").click();
+    ok(`hold of ${before.length} refused after a receipt joined the selection (409 count_mismatch); nothing held`);
+
+    check(`receipt page of ${target}, opened from its link`);
+    await page.goto(`${BASE}/#receipt=${encodeURIComponent(target)}`, { waitUntil: "load" });
+    await receiptMatches(page, target);
+    const link = await page.locator("#receipt-link").getAttribute("href");
+    assert.ok(link.endsWith(`#receipt=${encodeURIComponent(target)}`), `shareable link: ${link}`);
+    const outcomes = await page.$$eval("#timeline li[data-outcome]", (items) => items.map((i) => i.getAttribute("data-outcome")));
     assert.ok(outcomes.includes("permanent") && outcomes.includes("redrive"), `history: ${outcomes}`);
-    ok(`lookup shows pending and history ${outcomes.join(" → ")}`);
+    ok(`#receipt=${target} opens on load: state, facts and timeline ${outcomes.join(" → ")} match the API`);
 
-    check("laptop layout");
-    const wide = await horizontalOverflow(page);
-    assert.ok(wide.scrollWidth <= wide.innerWidth, `horizontal overflow at 1280 px: ${JSON.stringify(wide)}`);
-    ok("no horizontal overflow at 1280x800");
-
-    check("phone layout");
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
-    const narrow = await horizontalOverflow(page);
-    assert.ok(
-      narrow.scrollWidth <= narrow.innerWidth,
-      `horizontal overflow at 390 px: ${JSON.stringify(narrow)}`,
-    );
-    if (SCREENSHOT_DIR) {
-      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-phone.png"), fullPage: true });
+    check("receipt page: an observation's numbers as stored");
+    await page.locator("#lookup-id").fill("precise-1");
+    await page.locator('#lookup-form [type="submit"]').click();
+    await receiptMatches(page, "precise-1");
+    const observed = await page.locator("#receipt-observation").textContent();
+    for (const digits of ["123456789012345678901", "0.1000000000000000055511151231257827"]) {
+      assert.ok(observed.includes(digits), `the observation shows ${digits}: ${observed}`);
     }
-    ok("no horizontal overflow at 390x844");
+    ok("precise-1: the observation keeps every digit the server stored");
+
+    check("receipt page: lease holder, failure detail hash, observation");
+    await page.locator("#lookup-id").fill("leased-1");
+    await page.locator('#lookup-form [type="submit"]').click();
+    const leasedView = await receiptMatches(page, "leased-1");
+    assert.ok(leasedView.lease, "leased-1 has a lease");
+    await page.locator('nav a[data-view="receipts"]').click();
+    await page.locator('#state-tabs [data-state="dead_lettered"]').click();
+    await page.locator('#receipts tr[data-receipt="dead-1"] a[data-receipt-link]').click();
+    const deadView = await receiptMatches(page, "dead-1");
+    assert.ok(deadView.last_failure && deadView.dead_letter, "dead-1 has its failure and dead letter");
+    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-receipt.png") });
+    await page.goBack();
+    await page.locator("#receipts-table").waitFor({ state: "visible" });
+    ok("leased-1 shows its lease holder and deadline; dead-1 its failure hash and dead letter; a list link opens the page");
+
+    check("a reader token sees no action");
+    await page.locator("#token").fill(READER_TOKEN);
+    await page.locator('#token-form [type="submit"]').click();
+    await page.locator("#role").filter({ hasText: "read-only" }).waitFor();
+    await page.locator('#state-tabs [data-state="dead_lettered"]').click();
+    const forReader = (await api("GET", "/v1/receipts?state=dead_lettered&limit=50")).receipts;
+    assert.ok(forReader.length > 0, "a dead letter is left to show");
+    await listMatches(page, forReader, "dead letters, reader token");
+    assert.equal(await page.locator(".act:visible").count(), 0, "action controls visible to a reader token");
+    assert.equal(await page.locator("#error").isHidden(), true, "an error is shown to a reader");
+    ok(`reader: ${forReader.length} dead letters listed, no action button`);
+    await page.locator("#token").fill(TOKEN);
+    await page.locator('#token-form [type="submit"]').click();
+    await page.locator("body.can-act").waitFor({ state: "attached" });
+
+    check("hold and unhold from the receipt page");
+    await page.goto(`${BASE}/#receipt=pending-1`, { waitUntil: "load" });
+    await receiptMatches(page, "pending-1");
+    await page.locator('#receipt-actions [data-action="hold"]').click();
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    assert.equal(await page.locator("#confirm-done").textContent(), "1", "the dry run would hold one receipt");
+    await page.locator("#confirm-reason").fill("merchant dispute (dashboard test)");
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    const held = await receiptMatches(page, "pending-1");
+    assert.ok(held.held_at_ms, "pending-1 is held");
+    assert.equal(held.history.at(-1).note, "merchant dispute (dashboard test)", "hold reason in history");
+    assert.equal(held.history.at(-1).actor, "alice", "the operator token's name in history");
+    await page.locator('#receipt-actions [data-action="unhold"]').click();
+    await page.locator("#confirm-done").waitFor({ state: "visible" });
+    await page.locator("#confirm-go").click();
+    await page.locator("#confirm-result").waitFor({ state: "visible" });
+    await page.locator("#confirm-close").click();
+    const unheld = await receiptMatches(page, "pending-1");
+    assert.equal(unheld.held_at_ms ?? null, null, "pending-1 is no longer held");
+    ok("pending-1 held (reason and actor in its history) and unheld, each through its dry run");
+
+    // Each view, laptop then phone: no horizontal overflow; a screenshot of each at 1280x800.
+    const views = [
+      ["overview", "#overview", "#chart-throughput svg"],
+      ["receipts", "#receipts", "#receipts-table"],
+      ["receipt", "#receipt=dead-1", "#timeline"],
+    ];
+    for (const [width, height] of [[1280, 800], [390, 844]]) {
+      check(`layout at ${width}x${height}`);
+      await page.setViewportSize({ width, height });
+      for (const [name, hash, ready] of views) {
+        await page.goto(`${BASE}/${hash}`, { waitUntil: "load" });
+        await page.locator(ready).first().waitFor({ state: "visible" });
+        await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+        const size = await horizontalOverflow(page);
+        assert.ok(size.scrollWidth <= size.innerWidth, `${name}: horizontal overflow at ${width} px: ${JSON.stringify(size)}`);
+        if (SCREENSHOT_DIR && width === 390 && name === "receipts") {
+          await page.evaluate(() => window.scrollTo(0, 0));
+          await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-phone.png") });
+        }
+      }
+      ok(`no horizontal overflow at ${width}x${height} in ${views.map((v) => v[0]).join(", ")}`);
+    }
 
     check("offline");
     assert.deepEqual(foreign, [], `the page made requests to hosts other than ${origin}`);
