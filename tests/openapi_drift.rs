@@ -97,7 +97,17 @@ fn every_v1_operation_needs_the_bearer_token_and_documents_its_refusals() {
             let id = op["operationId"].as_str().unwrap();
             let responses = &op["responses"];
             if path.starts_with("/v1/") {
-                assert_eq!(op["security"], serde_json::json!([{"bearer": []}]), "{id}");
+                // One requirement: the bearer scheme, with the roles admitted
+                // (OpenAPI 3.1 role names), operator always among them.
+                let security = op["security"].as_array().unwrap();
+                assert_eq!(security.len(), 1, "{id}");
+                let roles = security[0]["bearer"].as_array().unwrap();
+                assert!(roles.contains(&serde_json::json!("operator")), "{id}");
+                for role in roles {
+                    let mention = format!("`{}`", role.as_str().unwrap());
+                    let text = op["description"].as_str().unwrap_or_default();
+                    assert!(text.contains(&mention), "{id}: {mention} undocumented");
+                }
                 assert!(responses.get("401").is_some(), "{id}: no 401");
                 if id != "v1.info.get" {
                     for status in ["500", "503"] {

@@ -132,7 +132,7 @@ pub struct ReasonIn {
 /// revoked: its worker may still report the outcome, extend or release the
 /// lease (a retry then waits, held, until unheld). Holding a held receipt
 /// changes nothing and answers 200.
-#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/hold", operation_id = "v1.receipts.hold", tag = "operator actions",
+#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/hold", security(("bearer" = ["operator"])), operation_id = "v1.receipts.hold", tag = "operator actions",
     params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = ReasonIn,
     responses(
@@ -156,7 +156,7 @@ async fn hold(
 /// Needs no body (send `{}` or nothing, with `Content-Type:
 /// application/json`). Unholding a receipt that is not held changes nothing
 /// and answers 200.
-#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/unhold", operation_id = "v1.receipts.unhold", tag = "operator actions",
+#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/unhold", security(("bearer" = ["operator"])), operation_id = "v1.receipts.unhold", tag = "operator actions",
     params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body(content = Option<super::dead_letters::RedriveIn>, description = "Ignored: send `{}` or nothing"),
     responses(
@@ -179,7 +179,7 @@ async fn unhold(
 /// canceled; a receipt a live lease holds cannot (409 `receipt_leased`: its
 /// worker may be settling it now; hold it and cancel once the lease ends).
 /// Enqueueing the same receipt again answers the canceled receipt.
-#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/cancel", operation_id = "v1.receipts.cancel", tag = "operator actions",
+#[utoipa::path(post, path = "/v1/receipts/{receipt_id}/cancel", security(("bearer" = ["operator"])), operation_id = "v1.receipts.cancel", tag = "operator actions",
     params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = ReasonIn,
     responses(
@@ -316,7 +316,7 @@ impl BulkAction {
 /// (redrive, cancel), never changed twice. Use `dry_run` first to see what
 /// would happen, and `expect_count` so that a list other than the one
 /// reviewed is refused.
-#[utoipa::path(post, path = "/v1/bulk/{action}", operation_id = "v1.bulk.act", tag = "operator actions",
+#[utoipa::path(post, path = "/v1/bulk/{action}", security(("bearer" = ["operator"])), operation_id = "v1.bulk.act", tag = "operator actions",
     params(("action" = BulkAction, Path, description = "redrive, hold, unhold or cancel")),
     request_body = BulkIn,
     responses(

@@ -11,7 +11,13 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use thiserror::Error;
 
+use utoipa::openapi::OpenApi;
+use utoipa::openapi::path::{Operation, PathItem};
+
 use super::error::{ApiError, ProblemCode};
+
+/// The name of the bearer security scheme in the OpenAPI document.
+pub const BEARER: &str = "bearer";
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,40 +47,100 @@ impl Role {
         }
     }
 
-    /// Whether this role may call `method path` (path as sent, percent-encoded).
+    /// The role named `name` in `ROLE:TOKEN` and in the OpenAPI document.
     #[must_use]
-    pub fn may(self, method: &Method, path: &str) -> bool {
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let get = method == Method::GET;
-        let post = method == Method::POST;
-        let shared = matches!(
-            (get, segments.as_slice()),
-            (true, ["v1", "info"] | ["v1", "receipts", _])
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+/// The roles each `/v1` operation admits, read from the router's own OpenAPI
+/// document, where every handler declares them where it is registered
+/// (`security(("bearer" = [ROLES]))` in its `#[utoipa::path]`, role names as
+/// OpenAPI 3.1 allows for bearer schemes). The router is the one list of
+/// routes: a `/v1` operation without roles makes [`Access::of`] fail, so the
+/// server does not start and every HTTP test fails.
+#[derive(Clone)]
+pub struct Access(Arc<matchit::Router<Vec<MethodRoles>>>);
+
+/// A method of a path and the roles it admits.
+type MethodRoles = (Method, Vec<Role>);
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Access")
+    }
+}
+
+/// The operations of a path item, with their methods.
+pub fn operations(item: &PathItem) -> impl Iterator<Item = (Method, &Operation)> {
+    [
+        (Method::GET, &item.get),
+        (Method::POST, &item.post),
+        (Method::PUT, &item.put),
+        (Method::PATCH, &item.patch),
+        (Method::DELETE, &item.delete),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| operation.as_ref().map(|o| (method, o)))
+}
+
+/// The roles an operation declares for the bearer scheme; an error when it
+/// declares none, or a name that is not a role.
+pub fn declared_roles(operation: &Operation) -> Result<Vec<Role>, String> {
+    let requirements = serde_json::to_value(operation.security.as_deref().unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    let names: Vec<&str> = requirements
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get(BEARER)?.as_array())
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    if names.is_empty() {
+        return Err(
+            "declares no role: add security((\"bearer\" = [ROLES])) to its #[utoipa::path]"
+                .to_owned(),
         );
-        match self {
-            Self::Operator => true,
-            Self::Reader => get,
-            Self::Producer => {
-                shared
-                    || (post
-                        && matches!(
-                            segments.as_slice(),
-                            ["v1", "receipts"] | ["v1", "receipts", "batch"]
-                        ))
-            }
-            Self::Worker => {
-                shared
-                    || (post
-                        && matches!(
-                            segments.as_slice(),
-                            ["v1", "claims"]
-                                | ["v1", "outcomes"]
-                                | ["v1", "receipts", _, "claim" | "outcome" | "lease"]
-                        ))
-                    || (method == Method::DELETE
-                        && matches!(segments.as_slice(), ["v1", "receipts", _, "lease"]))
-            }
+    }
+    names
+        .into_iter()
+        .map(|n| Role::named(n).ok_or_else(|| format!("`{n}` is not a role")))
+        .collect()
+}
+
+/// Whether a path is under `/v1`, where tokens are required.
+fn is_v1(path: &str) -> bool {
+    path == "/v1" || path.starts_with("/v1/")
+}
+
+impl Access {
+    /// The roles of every `/v1` operation of `doc`.
+    pub fn of(doc: &OpenApi) -> Result<Self, String> {
+        let mut routes = matchit::Router::new();
+        for (path, item) in doc.paths.paths.iter().filter(|(p, _)| is_v1(p)) {
+            let methods = operations(item)
+                .map(|(method, operation)| {
+                    declared_roles(operation)
+                        .map(|roles| (method.clone(), roles))
+                        .map_err(|e| format!("{method} {path} {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            routes
+                .insert(path.clone(), methods)
+                .map_err(|e| format!("{path}: {e}"))?;
         }
+        Ok(Self(Arc::new(routes)))
+    }
+
+    /// Whether `role` may call `method path` (path as sent); `None` when no
+    /// operation has this path and method (the router answers 404 or 405).
+    #[must_use]
+    pub fn allows(&self, role: Role, method: &Method, path: &str) -> Option<bool> {
+        let methods = self.0.at(path).ok()?.value;
+        let (_, roles) = methods.iter().find(|(m, _)| m == method)?;
+        Some(roles.contains(&role))
     }
 }
 
@@ -149,10 +215,7 @@ impl Tokens {
                 .trim()
                 .split_once(':')
                 .ok_or(TokenError::Shape)?;
-            let role = Role::ALL
-                .into_iter()
-                .find(|r| r.as_str() == role)
-                .ok_or_else(|| TokenError::Role(role.to_owned()))?;
+            let role = Role::named(role).ok_or_else(|| TokenError::Role(role.to_owned()))?;
             let (name, token) = name_and_token(rest);
             if !is_strong(token) {
                 return Err(TokenError::Weak);
@@ -221,15 +284,24 @@ fn bearer_token(value: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Refuse `/v1` requests without a valid token (401) or with a role that may
-/// not (403); let the others through with their [`Caller`] attached.
+/// What the token check needs: the configured tokens and who may call what.
+#[derive(Clone, Debug)]
+pub struct Guard {
+    pub tokens: Tokens,
+    pub access: Access,
+}
+
+/// Refuse `/v1` requests without a valid token (401) or with a role the
+/// operation does not admit (403); let the others through with their
+/// [`Caller`] attached. A path or method no operation has goes on to the
+/// router's 404 or 405, once the token is known.
 pub async fn require_token(
-    State(tokens): State<Tokens>,
+    State(guard): State<Guard>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if tokens.is_empty() || !(path == "/v1" || path.starts_with("/v1/")) {
+    if guard.tokens.is_empty() || !is_v1(path) {
         return next.run(request).await;
     }
     let presented = request
@@ -237,10 +309,14 @@ pub async fn require_token(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token);
-    let Some(caller) = presented.and_then(|t| tokens.caller_of(t)) else {
+    let Some(caller) = presented.and_then(|t| guard.tokens.caller_of(t)) else {
         return unauthorized();
     };
-    let mut response = if caller.role.may(request.method(), path) {
+    let allowed = guard
+        .access
+        .allows(caller.role, request.method(), path)
+        .unwrap_or(true);
+    let mut response = if allowed {
         request.extensions_mut().insert(caller.clone());
         next.run(request).await
     } else {
@@ -303,6 +379,46 @@ mod tests {
             Some(TokenError::Repeated)
         );
         assert!(!format!("{t:?}").contains("alice"));
+    }
+
+    #[test]
+    fn a_v1_operation_without_roles_is_refused() {
+        use utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItem};
+        use utoipa::openapi::security::SecurityRequirement;
+        use utoipa::openapi::{OpenApiBuilder, PathsBuilder};
+        let doc = |op: Operation| {
+            OpenApiBuilder::new()
+                .paths(
+                    PathsBuilder::new()
+                        .path("/v1/things/{id}", PathItem::new(HttpMethod::Post, op))
+                        .path(
+                            "/healthz",
+                            PathItem::new(HttpMethod::Get, OperationBuilder::new().build()),
+                        ),
+                )
+                .build()
+        };
+        let bare = Access::of(&doc(OperationBuilder::new().build()));
+        assert!(
+            bare.unwrap_err()
+                .contains("POST /v1/things/{id} declares no role")
+        );
+        let unknown = OperationBuilder::new()
+            .security(SecurityRequirement::new(BEARER, ["admin"]))
+            .build();
+        assert!(Access::of(&doc(unknown)).unwrap_err().contains("`admin`"));
+        let declared = OperationBuilder::new()
+            .security(SecurityRequirement::new(BEARER, ["worker", "operator"]))
+            .build();
+        let access = Access::of(&doc(declared)).unwrap();
+        let path = "/v1/things/a%2Fb";
+        assert_eq!(access.allows(Role::Worker, &Method::POST, path), Some(true));
+        assert_eq!(
+            access.allows(Role::Reader, &Method::POST, path),
+            Some(false)
+        );
+        assert_eq!(access.allows(Role::Reader, &Method::GET, path), None);
+        assert_eq!(access.allows(Role::Reader, &Method::GET, "/v1/nope"), None);
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub struct ClaimsOut {
 /// With `wait_ms` the call waits up to that long and returns as soon as it
 /// has claimed something; it is woken when work is enqueued, released or
 /// redriven.
-#[utoipa::path(post, path = "/v1/claims", operation_id = "v1.claims.create", tag = "claims",
+#[utoipa::path(post, path = "/v1/claims", security(("bearer" = ["worker", "operator"])), operation_id = "v1.claims.create", tag = "claims",
     request_body = ClaimsIn,
     responses(
         (status = 200, description = "Claims, possibly none", body = ClaimsOut),
@@ -151,7 +151,7 @@ pub struct ClaimOneIn {
 }
 
 /// Claim one receipt by id.
-#[utoipa::path(post, path = "/v1/receipts/{id}/claim", operation_id = "v1.receipts.claim", tag = "claims",
+#[utoipa::path(post, path = "/v1/receipts/{id}/claim", security(("bearer" = ["worker", "operator"])), operation_id = "v1.receipts.claim", tag = "claims",
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = ClaimOneIn,
     responses(

@@ -69,7 +69,7 @@ fn decode_cursor(text: &str) -> Result<DeadLetterCursor, ApiError> {
 }
 
 /// List dead letters, oldest receipt first.
-#[utoipa::path(get, path = "/v1/dead-letters", operation_id = "v1.dead_letters.list", tag = "dead letters",
+#[utoipa::path(get, path = "/v1/dead-letters", security(("bearer" = ["reader", "operator"])), operation_id = "v1.dead_letters.list", tag = "dead letters",
     params(PageQuery),
     responses(
         (status = 200, description = "A page", body = DeadLettersOut),
@@ -100,7 +100,7 @@ async fn list(
 }
 
 /// One dead letter.
-#[utoipa::path(get, path = "/v1/dead-letters/{id}", operation_id = "v1.dead_letters.get", tag = "dead letters",
+#[utoipa::path(get, path = "/v1/dead-letters/{id}", security(("bearer" = ["reader", "operator"])), operation_id = "v1.dead_letters.get", tag = "dead letters",
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     responses(
         (status = 200, description = "The dead letter", body = DeadLetter),
@@ -133,7 +133,7 @@ pub struct RedriveIn {}
 /// form on another site cannot send that, so it cannot redrive through an
 /// operator's browser. Generated clients that send the header only with a
 /// body (openapi-fetch) send `{}`.
-#[utoipa::path(post, path = "/v1/dead-letters/{id}/redrive", operation_id = "v1.dead_letters.redrive", tag = "dead letters",
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/redrive", security(("bearer" = ["operator"])), operation_id = "v1.dead_letters.redrive", tag = "dead letters",
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body(content = Option<RedriveIn>, description = "Ignored: send `{}` or nothing"),
     responses(

@@ -155,7 +155,7 @@ fn stream_start(headers: &HeaderMap, after: Option<&str>) -> Result<FeedStart, A
 ///
 /// Retention (`--retain-finished`) deletes finished receipts with their history: a
 /// cursor behind an entry it deleted gets 410 `history_cursor_expired`.
-#[utoipa::path(get, path = "/v1/history", operation_id = "v1.history.list", tag = "history",
+#[utoipa::path(get, path = "/v1/history", security(("bearer" = ["reader", "operator"])), operation_id = "v1.history.list", tag = "history",
     params(
         FeedQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Streams: the `id` of the last event received; takes the place of `after`"),

@@ -277,7 +277,11 @@ pub fn app(state: AppState) -> Router {
     } else {
         origin::AllowedHosts::any()
     };
-    let (router, _) = api_router().split_for_parts();
+    let (router, doc) = api_router().split_for_parts();
+    let guard = auth::Guard {
+        tokens: tokens.clone(),
+        access: auth::Access::of(&doc).expect("every /v1 operation declares its roles"),
+    };
     let routes = router
         .route(OPENAPI_YAML, get(ops::openapi_yaml))
         .route(METRICS, get(metrics::metrics))
@@ -296,7 +300,7 @@ pub fn app(state: AppState) -> Router {
         .layer(CompressionLayer::new())
         .layer(middleware::from_fn(time_limit))
         .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
-        .layer(middleware::from_fn_with_state(tokens, auth::require_token))
+        .layer(middleware::from_fn_with_state(guard, auth::require_token))
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .service(routes);
     Router::new().fallback_service(layered)

@@ -36,7 +36,7 @@ pub struct StatusQuery {
 }
 
 /// Counts per state, the age of the oldest due receipt, and samples.
-#[utoipa::path(get, path = "/v1/status", operation_id = "v1.status.get", tag = "operations",
+#[utoipa::path(get, path = "/v1/status", security(("bearer" = ["reader", "operator"])), operation_id = "v1.status.get", tag = "operations",
     params(StatusQuery),
     responses(
         (status = 200, description = "The queue at a glance", body = StatusView),
@@ -81,7 +81,7 @@ pub struct InfoOut {
 }
 
 /// Version, backend, store binding, retry policy and limits.
-#[utoipa::path(get, path = "/v1/info", operation_id = "v1.info.get", tag = "operations",
+#[utoipa::path(get, path = "/v1/info", security(("bearer" = ["producer", "worker", "reader", "operator"])), operation_id = "v1.info.get", tag = "operations",
     responses((status = 200, description = "Service facts", body = InfoOut)))]
 async fn info(State(app): State<AppState>) -> Json<InfoOut> {
     Json(InfoOut {

@@ -29,7 +29,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// exactly as received) and that lease has not ended; otherwise 409 and
 /// nothing changes: `lease_conflict` (not the current lease), `lease_expired`,
 /// `receipt_not_leased`, `receipt_finished` or `receipt_unknown`.
-#[utoipa::path(post, path = "/v1/receipts/{id}/outcome", operation_id = "v1.receipts.outcome", tag = "outcomes",
+#[utoipa::path(post, path = "/v1/receipts/{id}/outcome", security(("bearer" = ["worker", "operator"])), operation_id = "v1.receipts.outcome", tag = "outcomes",
     params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = OutcomeRequest,
     responses(
@@ -67,7 +67,7 @@ pub struct OutcomeBatchOut {
 }
 
 /// Record up to 1024 outcomes in one durable commit, each judged on its own.
-#[utoipa::path(post, path = "/v1/outcomes", operation_id = "v1.outcomes.batch", tag = "outcomes",
+#[utoipa::path(post, path = "/v1/outcomes", security(("bearer" = ["worker", "operator"])), operation_id = "v1.outcomes.batch", tag = "outcomes",
     request_body = OutcomeBatchIn,
     responses(
         (status = 200, description = "One result per item, in order", body = OutcomeBatchOut),
@@ -134,7 +134,7 @@ pub struct LeaseReleaseIn {
 }
 
 /// Extend a live lease to now + `extend_ms`; token and version stay the same.
-#[utoipa::path(post, path = "/v1/receipts/{id}/lease", operation_id = "v1.receipts.lease.extend", tag = "outcomes",
+#[utoipa::path(post, path = "/v1/receipts/{id}/lease", security(("bearer" = ["worker", "operator"])), operation_id = "v1.receipts.lease.extend", tag = "outcomes",
     params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = LeaseExtendIn,
     responses(
@@ -156,7 +156,7 @@ async fn extend_lease(
 }
 
 /// Release a live lease without using up an attempt: the receipt is due again at once.
-#[utoipa::path(delete, path = "/v1/receipts/{id}/lease", operation_id = "v1.receipts.lease.release", tag = "outcomes",
+#[utoipa::path(delete, path = "/v1/receipts/{id}/lease", security(("bearer" = ["worker", "operator"])), operation_id = "v1.receipts.lease.release", tag = "outcomes",
     params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = LeaseReleaseIn,
     responses(

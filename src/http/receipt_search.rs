@@ -249,7 +249,7 @@ fn decode_cursor(
 /// receipts, even none, while `next_cursor` is set. Follow `next_cursor`
 /// until it is null. A leased receipt shows its owner and deadline, never
 /// its token.
-#[utoipa::path(get, path = "/v1/receipts", operation_id = "v1.receipts.find", tag = "receipts",
+#[utoipa::path(get, path = "/v1/receipts", security(("bearer" = ["reader", "operator"])), operation_id = "v1.receipts.find", tag = "receipts",
     params(FindQuery),
     responses(
         (status = 200, description = "A page", body = FoundReceipts),

@@ -26,7 +26,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 ///
 /// Idempotent: the same receipt again (same `finalized_at` and observation)
 /// answers 200 and changes nothing, whatever state it is in.
-#[utoipa::path(post, path = "/v1/receipts", operation_id = "v1.receipts.create", tag = "receipts",
+#[utoipa::path(post, path = "/v1/receipts", security(("bearer" = ["producer", "operator"])), operation_id = "v1.receipts.create", tag = "receipts",
     request_body = ReceiptIn,
     responses(
         (status = 201, description = "Stored", body = ReceiptView),
@@ -100,7 +100,7 @@ pub struct ReceiptBatchOut {
 }
 
 /// Enqueue up to 1024 receipts in one durable commit, each judged on its own.
-#[utoipa::path(post, path = "/v1/receipts/batch", operation_id = "v1.receipts.batch", tag = "receipts",
+#[utoipa::path(post, path = "/v1/receipts/batch", security(("bearer" = ["producer", "operator"])), operation_id = "v1.receipts.batch", tag = "receipts",
     request_body = ReceiptBatchIn,
     responses(
         (status = 200, description = "One result per item, in order", body = ReceiptBatchOut),
@@ -164,7 +164,7 @@ async fn enqueue_batch(
 }
 
 /// A receipt's state and history (never its lease token).
-#[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "v1.receipts.get", tag = "receipts",
+#[utoipa::path(get, path = "/v1/receipts/{id}", security(("bearer" = ["producer", "worker", "reader", "operator"])), operation_id = "v1.receipts.get", tag = "receipts",
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     responses(
         (status = 200, description = "The receipt", body = ReceiptView),

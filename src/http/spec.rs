@@ -1,6 +1,6 @@
 //! What the derived OpenAPI document needs besides the routes' own
 //! annotations, so that generated clients and `/docs` work: the bearer
-//! scheme and the roles of each operation (from [`Role::may`] itself), the
+//! scheme and the roles of each operation (as its handler declares them), the
 //! answers the middleware and the store can give to every operation (shared
 //! response components), tagged unions as named variants with a
 //! discriminator, and a realistic example for every request body.
@@ -11,14 +11,10 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{Discriminator, Schema};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    ContentBuilder, HeaderBuilder, OpenApi, Ref, RefOr, Required, Response, ResponseBuilder,
-    SecurityRequirement, Type,
+    ContentBuilder, HeaderBuilder, OpenApi, Ref, RefOr, Required, Response, ResponseBuilder, Type,
 };
 
-use super::auth::Role;
-
-/// The name of the bearer security scheme.
-const BEARER: &str = "bearer";
+use super::auth::{BEARER, Role, declared_roles};
 
 /// Shared responses: (component name, status, description).
 const SHARED: [(&str, &str, &str); 10] = [
@@ -174,16 +170,13 @@ fn document_operation(path: &str, method: &Method, operation: &mut Operation) {
     shared(operation, MISDIRECTED.1, MISDIRECTED.0);
     let mut refused = false;
     if v1 {
-        let roles: Vec<&str> = Role::ALL
+        // Declared by the handler (see `auth::Access`); none is caught there.
+        let roles: Vec<&str> = declared_roles(operation)
+            .unwrap_or_default()
             .into_iter()
-            .filter(|role| role.may(method, path))
             .map(Role::as_str)
             .collect();
         refused = roles.len() < Role::ALL.len();
-        operation.security = Some(vec![SecurityRequirement::new::<_, [&str; 0], &str>(
-            BEARER,
-            [],
-        )]);
         shared(operation, "401", "Unauthorized");
         let roles = format!(
             "Token roles allowed: {}.",

@@ -205,7 +205,7 @@ pub struct StatsOut {
 ///
 /// Counts of this server are current; those of other servers of the same
 /// database may lag by a few seconds (they add theirs every 2 s).
-#[utoipa::path(get, path = "/v1/stats", operation_id = "v1.stats.get", tag = "operations",
+#[utoipa::path(get, path = "/v1/stats", security(("bearer" = ["reader", "operator"])), operation_id = "v1.stats.get", tag = "operations",
     params(StatsQuery),
     responses(
         (status = 200, description = "The series", body = StatsOut),
