@@ -6,8 +6,8 @@
 //! Runs when `SETTLED_TEST_POSTGRES_URL` names a PostgreSQL server; prints
 //! SKIPPED and passes otherwise.
 
-mod common;
-use common::LEASE_LOST;
+use crate::common;
+use crate::common::LEASE_LOST;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -599,6 +599,7 @@ async fn check_receipt(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_settle_every_receipt_once_under_racing_workers() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = common::fresh_postgres_url().await else {
         return;
     };
@@ -774,6 +775,7 @@ async fn three_replicas_settle_every_receipt_once_under_racing_workers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enqueue_on_one_replica_wakes_a_long_poll_on_another() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = common::fresh_postgres_url().await else {
         return;
     };
@@ -827,6 +829,7 @@ async fn an_enqueue_on_one_replica_wakes_a_long_poll_on_another() {
 /// writers on both replicas race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_feed_of_one_replica_shows_every_commit_of_both_once() {
+    let _turn = crate::turn(module_path!());
     const WRITERS: usize = 6;
     const EACH: usize = 40;
     let total = WRITERS * EACH;

@@ -81,11 +81,13 @@ fn bench(backend: &str, receipts: &str, batch: &str, extra: &[&str]) {
 
 #[test]
 fn sqlite_batches() {
+    let _turn = crate::turn(module_path!());
     bench("sqlite", "300", "16", &["--raw"]);
 }
 
 #[test]
 fn sqlite_one_by_one() {
+    let _turn = crate::turn(module_path!());
     bench("sqlite", "100", "1", &[]);
 }
 
@@ -101,6 +103,7 @@ fn postgres_url() -> Option<String> {
 
 #[test]
 fn postgres_batches() {
+    let _turn = crate::turn(module_path!());
     if let Some(url) = postgres_url() {
         bench("postgres", "300", "16", &["--postgres-url", &url, "--raw"]);
     }
@@ -108,6 +111,7 @@ fn postgres_batches() {
 
 #[test]
 fn postgres_one_by_one() {
+    let _turn = crate::turn(module_path!());
     if let Some(url) = postgres_url() {
         bench("postgres", "100", "1", &["--postgres-url", &url]);
     }

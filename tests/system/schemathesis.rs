@@ -8,6 +8,7 @@ use std::time::Instant;
 
 #[test]
 fn schemathesis_finds_no_server_error_and_no_spec_mismatch() {
+    let _turn = crate::turn(module_path!());
     if std::env::var_os("SETTLED_FUZZ").is_none() && std::env::var_os("CI").is_none() {
         eprintln!(
             "SKIPPED: schema fuzzing runs with SETTLED_FUZZ=1 (or CI set): \

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
-use common::process::Server;
+use crate::common::process::Server;
 
 fn start(dir: &Path) -> Server {
     common::process::start(dir, &format!("sqlite:{}", dir.join("settled.db").display()))
@@ -97,6 +97,7 @@ fn slow_upload(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_every_request_in_flight_and_exits_0() {
+    let _turn = crate::turn(module_path!());
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("dir");
     let server = start(dir.path());
@@ -338,6 +339,7 @@ async fn poller(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_mid_long_poll_leaves_no_lease_that_no_worker_received() {
+    let _turn = crate::turn(module_path!());
     let started = Instant::now();
     let rounds = if std::env::var_os("SETTLED_LONG").is_some() {
         12
@@ -469,6 +471,7 @@ async fn shutdown_mid_long_poll_leaves_no_lease_that_no_worker_received() {
 /// shutdown grace period bounds the wait in any case.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_sent_request_does_not_keep_the_process_alive_after_sigterm() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().expect("dir");
     let server = start(dir.path());
     let mut half = TcpStream::connect(&server.address).expect("connect");

@@ -18,12 +18,10 @@ use serde_json::{Value, json};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 
-mod common;
-
 /// The store's SQLite busy timeout: a write waits this long for the lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-use common::process::{Server, start};
+use crate::common::process::{Server, start};
 
 /// SIGTERM and expect exit 0.
 fn stop(mut server: Server) {
@@ -97,6 +95,7 @@ fn sqlite_url(path: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_write_lock_gives_503_within_the_busy_timeout_and_the_service_recovers() {
+    let _turn = crate::turn(module_path!());
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("dir");
     let db = dir.path().join("settled.db");
@@ -271,6 +270,7 @@ fn big_batch(prefix: &str, n: usize) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_gives_503_writes_nothing_and_a_restart_recovers() {
+    let _turn = crate::turn(module_path!());
     full_disk(false).await;
 }
 
@@ -280,6 +280,7 @@ async fn a_full_disk_gives_503_writes_nothing_and_a_restart_recovers() {
 /// without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_recovers_by_itself_when_disk_space_returns() {
+    let _turn = crate::turn(module_path!());
     full_disk(true).await;
 }
 

@@ -4,12 +4,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
-#[path = "binary/start_errors.rs"]
 mod start_errors;
 
-#[path = "binary/pg_schema.rs"]
 mod pg_schema;
 
 fn settled() -> Command {
@@ -68,6 +66,7 @@ fn sigterm(child: &Child) {
 
 #[tokio::test]
 async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = start(dir.path(), &[]);
     assert!(
@@ -108,6 +107,7 @@ async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
 
 #[tokio::test]
 async fn a_sigterm_during_a_long_poll_answers_it_and_exits() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = start(dir.path(), &[]);
     let client = reqwest::Client::new();
@@ -160,6 +160,7 @@ fn refuses(args: &[&str], needle: &str) {
 
 #[test]
 fn an_invalid_retry_policy_is_refused_naming_the_rule() {
+    let _turn = crate::turn(module_path!());
     refuses(&["--max-retries", "33"], "max_retries must be 0..=32");
     refuses(
         &["--initial-backoff-ms", "0"],
@@ -177,6 +178,7 @@ fn an_invalid_retry_policy_is_refused_naming_the_rule() {
 
 #[test]
 fn anonymous_service_refuses_non_loopback_addresses_and_unknown_schemes() {
+    let _turn = crate::turn(module_path!());
     refuses(&["--listen", "0.0.0.0:0"], "loopback");
     refuses(
         &["--database-url", "mysql://x"],
@@ -193,6 +195,7 @@ fn anonymous_service_refuses_non_loopback_addresses_and_unknown_schemes() {
 
 #[tokio::test]
 async fn with_tokens_it_listens_anywhere_and_requires_them() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let mut child = settled()
         .current_dir(dir.path())
@@ -240,6 +243,7 @@ async fn with_tokens_it_listens_anywhere_and_requires_them() {
 
 #[test]
 fn openapi_subcommand_prints_the_committed_document() {
+    let _turn = crate::turn(module_path!());
     let out = settled().arg("openapi").output().unwrap();
     assert!(out.status.success());
     let committed =
@@ -253,6 +257,7 @@ fn openapi_subcommand_prints_the_committed_document() {
 /// real requests still get in, and the log is not flooded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_file_descriptors_it_keeps_serving_and_does_not_spin() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new("sh")
         .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\""])

@@ -8,7 +8,7 @@
 //! Runs when `SETTLED_TEST_POSTGRES_URL` names a PostgreSQL server; prints
 //! SKIPPED and passes otherwise.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -562,6 +562,7 @@ async fn outage(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_answers_503_during_an_outage_and_recovers_by_itself() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = common::fresh_postgres_url().await else {
         return;
     };
@@ -701,6 +702,7 @@ async fn open_transactions(admin: &mut sqlx::PgConnection) -> Vec<(String, f64)>
 /// the store's own bound (statement timeout + 2 × connect timeout) runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_mid_transaction_does_not_hold_locks_on_the_others() {
+    let _turn = crate::turn(module_path!());
     use sqlx::Connection;
     let Some(url) = common::fresh_postgres_url().await else {
         return;

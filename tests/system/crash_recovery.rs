@@ -6,10 +6,10 @@
 //! Small by default (5 kills); `SETTLED_LONG=1` runs 25 kills with more load.
 //! Runs on SQLite, and on PostgreSQL when `SETTLED_TEST_POSTGRES_URL` is set.
 
-mod common;
+use crate::common;
 
-use common::LEASE_LOST;
-use common::rng::{Rng, now_ms};
+use crate::common::LEASE_LOST;
+use crate::common::rng::{Rng, now_ms};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -630,6 +630,7 @@ async fn crash_and_recover(url: String, dir: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_survives_sigkill_under_load() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("sqlite:{}", dir.path().join("settled.db").display());
     crash_and_recover(url, dir.path()).await;
@@ -637,6 +638,7 @@ async fn sqlite_survives_sigkill_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_survives_sigkill_under_load() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = common::fresh_postgres_url().await else {
         return;
     };

@@ -5,10 +5,10 @@
 //!
 //! Small by default; `SETTLED_LONG=1` runs ten times as many receipts.
 
-mod common;
+use crate::common;
 
-use common::LEASE_LOST;
-use common::rng::{Rng, now_ms};
+use crate::common::LEASE_LOST;
+use crate::common::rng::{Rng, now_ms};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +21,7 @@ use settled::domain::RetryPolicy;
 use settled::http::AppState;
 use tokio::sync::watch;
 
-use common::Fresh;
+use crate::common::Fresh;
 
 const WORKERS: usize = 16;
 
@@ -293,11 +293,13 @@ async fn races(fresh: Fresh) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_late_commits_are_refused_and_each_receipt_settles_once() {
+    let _turn = crate::turn(module_path!());
     races(common::fresh_sqlite().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_late_commits_are_refused_and_each_receipt_settles_once() {
+    let _turn = crate::turn(module_path!());
     if let Some(fresh) = common::fresh_postgres().await {
         races(fresh).await;
     }

@@ -68,6 +68,7 @@ impl Refused {
 
 #[test]
 fn a_port_in_use_is_refused_before_any_database_is_created() {
+    let _turn = crate::turn(module_path!());
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
     let answer = refused(&["--listen", &address]);
@@ -81,6 +82,7 @@ fn a_port_in_use_is_refused_before_any_database_is_created() {
 
 #[test]
 fn listen_takes_localhost_a_bare_port_and_a_leading_colon() {
+    let _turn = crate::turn(module_path!());
     for given in ["localhost:0", ":0", "0"] {
         let dir = tempfile::tempdir().unwrap();
         let (mut child, base, _) = launch(dir.path(), given, &[]);
@@ -95,6 +97,7 @@ fn listen_takes_localhost_a_bare_port_and_a_leading_colon() {
 
 #[test]
 fn other_listen_forms_are_refused_with_the_accepted_ones() {
+    let _turn = crate::turn(module_path!());
     for given in ["example.com:8080", "127.0.0.1", "localhost", "eighty"] {
         let answer = refused(&["--listen", given]);
         answer.says(&["localhost:8080", ":8080", "127.0.0.1:8080", "0.0.0.0:8080"]);
@@ -114,6 +117,7 @@ fn other_listen_forms_are_refused_with_the_accepted_ones() {
 
 #[test]
 fn a_sqlite_file_in_a_missing_directory_names_the_path_and_the_fix() {
+    let _turn = crate::turn(module_path!());
     let answer = refused(&["--database-url", "sqlite:no/such/dir/settled.db"]);
     answer.says(&[
         "cannot open the SQLite database no/such/dir/settled.db",
@@ -125,6 +129,7 @@ fn a_sqlite_file_in_a_missing_directory_names_the_path_and_the_fix() {
 
 #[test]
 fn a_sqlite_path_that_is_a_directory_suggests_a_file_in_it() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
     refused_in(dir.path(), &["--database-url", "sqlite:data"]).says(&[
@@ -136,6 +141,7 @@ fn a_sqlite_path_that_is_a_directory_suggests_a_file_in_it() {
 
 #[test]
 fn a_database_url_without_a_known_scheme_shows_the_forms_and_never_the_password() {
+    let _turn = crate::turn(module_path!());
     refused(&["--database-url", "mysql://app:hunter2@db/x"]).says(&[
         "unknown database URL scheme `mysql:`",
         "sqlite:PATH",
@@ -150,6 +156,7 @@ fn a_database_url_without_a_known_scheme_shows_the_forms_and_never_the_password(
 /// instead of a pool timing out after --pg-connect-timeout-ms.
 #[test]
 fn an_unreachable_postgres_is_named_with_its_host_and_port_at_once() {
+    let _turn = crate::turn(module_path!());
     let answer = refused(&[
         "--database-url",
         "postgres://settled:hunter2@127.0.0.1:1/settled",
@@ -168,6 +175,7 @@ fn an_unreachable_postgres_is_named_with_its_host_and_port_at_once() {
 
 #[test]
 fn an_invalid_schema_name_is_refused_with_the_rule() {
+    let _turn = crate::turn(module_path!());
     let answer = refused(&["--pg-schema", "Billing-Queue"]);
     answer.says(&["invalid schema name `Billing-Queue`", "a-z, 0-9 and _"]);
     assert_eq!(answer.code, Some(2));
@@ -176,6 +184,7 @@ fn an_invalid_schema_name_is_refused_with_the_rule() {
 
 #[test]
 fn a_refused_retry_policy_is_printed_once() {
+    let _turn = crate::turn(module_path!());
     let answer = refused(&["--max-retries", "33", "--log-format", "text"]);
     let both = format!("{}{}", answer.stdout, answer.stderr);
     assert_eq!(
@@ -189,6 +198,7 @@ fn a_refused_retry_policy_is_printed_once() {
 
 #[test]
 fn text_logs_carry_no_colours_when_stdout_is_not_a_terminal() {
+    let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let mut child = settled()
         .current_dir(dir.path())
@@ -221,6 +231,7 @@ fn text_logs_carry_no_colours_when_stdout_is_not_a_terminal() {
 
 #[test]
 fn help_points_at_rust_log_the_dashboard_and_the_api_docs() {
+    let _turn = crate::turn(module_path!());
     for args in [&["--help"][..], &["serve", "--help"][..]] {
         let out = settled().args(args).output().unwrap();
         assert!(out.status.success());

@@ -68,6 +68,7 @@ fn tables_in(schema: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_database_keeps_its_public_schema_untouched() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = fresh_postgres_url().await else {
         return;
     };
@@ -178,6 +179,7 @@ fn documented_move() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_left_in_public_are_refused_then_moved_as_documented() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = fresh_postgres_url().await else {
         return;
     };
@@ -219,6 +221,7 @@ async fn tables_left_in_public_are_refused_then_moved_as_documented() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_database_is_named_with_how_to_create_it() {
+    let _turn = crate::turn(module_path!());
     let Some(url) = fresh_postgres_url().await else {
         return;
     };

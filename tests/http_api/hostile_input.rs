@@ -6,7 +6,8 @@
 //! Strings, ids and numbers run on every backend; the connection-level tests
 //! (slow and idle clients) run once, on SQLite.
 
-mod common;
+use crate::common;
+use crate::on_every_backend;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -22,8 +23,8 @@ use settled::server::Limits;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use common::Fresh;
-use common::http::{Answer, TestServer, spawn, urlencode};
+use crate::common::Fresh;
+use crate::common::http::{Answer, TestServer, spawn, urlencode};
 
 const REF: &str = "ref-1";
 const I64_MAX: &str = "9223372036854775807";

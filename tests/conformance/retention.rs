@@ -1,12 +1,12 @@
 //! Retention removes exactly the finished receipts past the period, with
 //! their history, and nothing active or dead-lettered. Runs on every backend.
 
-mod common;
+use crate::on_every_backend;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Fresh, raw_exec};
+use crate::common::{Fresh, raw_exec};
 use settled::clock::ManualClock;
 use settled::domain::*;
 use settled::store::{NewReceipt, ReceiptState};

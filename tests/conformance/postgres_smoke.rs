@@ -3,7 +3,7 @@
 //! settings, and failing fast when the server is unreachable. The rules
 //! themselves are proven on every backend by `store_conformance`.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -3,11 +3,10 @@
 //! (docs/concepts.md); every answer and every receipt view must agree after
 //! every step.
 
+#[path = "../common/mod.rs"]
 mod common;
 
-#[path = "model/ops.rs"]
 mod ops;
-#[path = "model/reference.rs"]
 mod reference;
 
 use std::collections::{BTreeMap, HashSet};

@@ -1,0 +1,32 @@
+//! One conformance suite for every store backend: each rule of
+//! docs/concepts.md ("The rules"), driven with explicit clocks. Every test
+//! runs once per backend (PostgreSQL only when `SETTLED_TEST_POSTGRES_URL`
+//! is set).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod support;
+
+mod enqueue;
+
+mod claims;
+
+mod outcomes;
+
+mod cas;
+
+mod leases;
+
+mod views;
+
+mod counts;
+
+mod actions;
+mod feed;
+mod search;
+mod stats;
+
+// Store tests beyond the rules: PostgreSQL specifics, retention.
+mod postgres_smoke;
+mod retention;

@@ -1,0 +1,26 @@
+//! HTTP end-to-end tests on a real listener, every endpoint and status code
+//! of openapi.yaml, run once per backend.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod access;
+mod actions;
+mod browser;
+mod claims;
+mod dead_letters;
+mod errors;
+mod feed;
+mod long_polls;
+mod metrics;
+mod operations;
+mod outcomes;
+mod receipt_search;
+mod receipts;
+mod stats;
+
+// Attacks on the HTTP surface, the spec and the docs against the code.
+mod docs_config;
+mod examples;
+mod hostile_input;
+mod openapi_drift;
