@@ -4,9 +4,11 @@
 //! The operator dashboard in a real browser: starts the real binary with an operator token (named
 //! `alice`) and a reader token, seeds receipts in every interesting state through the API, then
 //! runs `node tests/dashboard/dashboard.test.mjs` (playwright-core driving headless Debian
-//! Chromium): each view against the API's answers, actions through their dry runs, a reader
-//! token without actions, no request to another host, no horizontal overflow. Afterwards the
-//! store must hold what the browser did.
+//! Chromium): each view against the API's answers, the overview and an open receipt page
+//! following the outcome feed live (outcomes the script makes through the API, with polling
+//! slowed to 10 minutes), actions through their dry runs, a reader token without actions, no
+//! request to another host, no horizontal overflow. Afterwards the store must hold what the
+//! browser did.
 //! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
 //! (`bash tests/dashboard/ci-setup.sh` installs the last two).
 //!

@@ -7,7 +7,9 @@
 // CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes a PNG of each view there),
 // CPU_THROTTLE (slow the page down that many times, as on a loaded machine).
 // The server must hold what tests/dashboard.rs seeds: at least 11 dead letters (two pages of
-// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test).
+// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test). The
+// script itself enqueues, claims and reports `live-1` … `live-4` (the operator token may) to
+// watch the page follow GET /v1/history live.
 // Exits 0 when every check passes, 1 with a message naming the failed step otherwise.
 // tests/dashboard.rs starts the real binary, seeds it and runs this script.
 
@@ -299,6 +301,84 @@ async function main() {
     if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
     ok(`charts: throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
 
+    check("overview: live from the outcome feed");
+    // Polling every 10 minutes: whatever changes within this step came through GET /v1/history.
+    const POLL_MS = 600_000;
+    await page.goto(`${BASE}/?poll=${POLL_MS}#overview`, { waitUntil: "load" });
+    await page.locator('#live[data-live="live"]').waitFor();
+    assert.equal((await page.locator("#live").textContent()).trim(), "live", "the live indicator");
+    const beforeLive = await countsMatch(page, "before the live outcome");
+    const liveStarted = Date.now();
+    await api("POST", "/v1/receipts", { receipt_id: "live-1", finalized_at: 1_764_460_870, observation: { amount: 1 } });
+    const liveClaim = await api("POST", "/v1/receipts/live-1/claim", { worker_id: "dashboard-live", lease_ms: 60_000 });
+    await api("POST", "/v1/receipts/live-1/outcome", { claim: liveClaim, outcome: { kind: "accepted", transcript_id: "tx-live-1" } });
+    const latest = page.locator('#latest li[data-receipt="live-1"]');
+    await latest.waitFor();
+    assert.equal(await latest.getAttribute("data-outcome"), "accepted", "the latest outcome of live-1");
+    assert.equal(await latest.locator("a").getAttribute("href"), "#receipt=live-1", "the latest outcome links to its receipt");
+    assert.equal(await page.locator("#latest li[data-receipt]").first().getAttribute("data-receipt"), "live-1", "newest first");
+    const afterLive = await countsMatch(page, "after the live outcome");
+    assert.equal(afterLive.settled, beforeLive.settled + 1, "settled after the live outcome");
+    const liveMs = Date.now() - liveStarted;
+    assert.ok(liveMs < POLL_MS, `the counts followed within ${liveMs} ms, sooner than the poll`);
+    ok(`live: live-1's outcome listed and the counts followed in ${liveMs} ms (polling every ${POLL_MS / 1000} s)`);
+
+    check("receipt page: refreshed live by its own outcome");
+    await api("POST", "/v1/receipts", { receipt_id: "live-2", finalized_at: 1_764_460_871, observation: { amount: 2 } });
+    const liveClaim2 = await api("POST", "/v1/receipts/live-2/claim", { worker_id: "dashboard-live", lease_ms: 60_000 });
+    await page.evaluate(() => { location.hash = "#receipt=live-2"; });
+    await receiptMatches(page, "live-2");
+    await api("POST", "/v1/receipts/live-2/outcome", {
+      claim: liveClaim2,
+      outcome: { kind: "retryable", code: "rpc", detail: "rail busy (dashboard test)", retry_after_ms: 5000 },
+    });
+    const liveState = await until(() => page.locator("#receipt-state").textContent(), (s) => s === "retry_scheduled");
+    assert.equal(liveState, "retry_scheduled", "live-2's page after its retryable outcome");
+    await receiptMatches(page, "live-2");
+    assert.equal(await page.locator('#latest li[data-receipt="live-2"]').getAttribute("data-outcome"), "retryable", "latest outcomes");
+    ok("live-2's open page turned retry_scheduled with its new history entry, from the feed");
+
+    check("live: the event-stream parser");
+    const parsed = await page.evaluate(() => {
+      const events = [];
+      const feed = sseParser((e) => events.push(e));
+      // Split anywhere, even inside a \r\n; comments, multi-line data, an event type.
+      for (const chunk of [": keep-alive\n\nid: 0-1\r", "\ndata: {\"a\":", "1}\r\n\r\nid:0-2\ndata: one\ndata:two\n", "\nevent: error\ndata: gone\n\nid: 0-3\n\n"]) feed(chunk);
+      return events;
+    });
+    assert.deepEqual(parsed, [
+      { id: "0-1", event: "message", data: '{"a":1}' },
+      { id: "0-2", event: "message", data: "one\ntwo" },
+      { id: "0-2", event: "error", data: "gone" },
+    ], "events parsed from text/event-stream");
+    ok("the page's event-stream parser: ids, comments, multi-line data, CRLF split across chunks");
+
+    check("live: reconnects after an error, resumes after the last id");
+    const liveOutcome = async (id, finalizedAt) => {
+      await api("POST", "/v1/receipts", { receipt_id: id, finalized_at: finalizedAt, observation: { amount: 3 } });
+      const c = await api("POST", `/v1/receipts/${id}/claim`, { worker_id: "dashboard-live", lease_ms: 60_000 });
+      await api("POST", `/v1/receipts/${id}/outcome`, { claim: c, outcome: { kind: "accepted", transcript_id: `tx-${id}` } });
+    };
+    await page.evaluate(() => { location.hash = "#overview"; });
+    await page.locator("#latest").waitFor();
+    await page.evaluate(() => live.controller.abort());
+    await page.locator('#live[data-live="reconnecting"]').waitFor();
+    await liveOutcome("live-3", 1_764_460_872);
+    await page.locator('#live[data-live="live"]').waitFor();
+    await page.locator('#latest li[data-receipt="live-3"]').waitFor();
+    // Stopped (as when the page hides) while an outcome commits: the restart resumes after the
+    // last id received, so the entry arrives, once.
+    await page.evaluate(() => liveStop());
+    await liveOutcome("live-4", 1_764_460_873);
+    await page.evaluate(() => liveStart());
+    await page.locator('#latest li[data-receipt="live-4"]').waitFor();
+    await page.locator('#live[data-live="live"]').waitFor();
+    for (const id of ["live-1", "live-2", "live-3", "live-4"]) {
+      assert.equal(await page.locator(`#latest li[data-receipt="${id}"]`).count(), 1, `${id} listed once`);
+    }
+    ok("a broken stream shows reconnecting, then live; entries committed while it was away arrive once");
+    await page.goto(`${BASE}/`, { waitUntil: "load" });
+
     check("receipts view: dead letters, 10 per page");
     await page.locator('nav a[data-view="receipts"]').click();
     await page.locator('#state-tabs [data-state="dead_lettered"][aria-pressed="true"]').waitFor();
@@ -480,7 +560,8 @@ async function main() {
     await listMatches(page, forReader, "dead letters, reader token");
     assert.equal(await page.locator(".act:visible").count(), 0, "action controls visible to a reader token");
     assert.equal(await page.locator("#error").isHidden(), true, "an error is shown to a reader");
-    ok(`reader: ${forReader.length} dead letters listed, no action button`);
+    await page.locator('#live[data-live="live"]').waitFor();
+    ok(`reader: ${forReader.length} dead letters listed, no action button; the feed is live`);
     await page.locator("#token").fill(TOKEN);
     await page.locator('#token-form [type="submit"]').click();
     await page.locator("body.can-act").waitFor({ state: "attached" });
