@@ -170,7 +170,8 @@ async function receiptMatches(page, id) {
           const pre = document.querySelector("#receipt-observation");
           try { return pre ? JSON.parse(pre.textContent) : "(not shown)"; } catch { return "(not JSON)"; }
         })(),
-        history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) => li.getAttribute("data-outcome")),
+        history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) =>
+          li.getAttribute("data-outcome") + (li.hasAttribute("data-retry-after-ms") ? " wait " + li.getAttribute("data-retry-after-ms") : "")),
       };
     });
   };
@@ -192,7 +193,7 @@ async function receiptMatches(page, id) {
       id: r.receipt_id,
       facts,
       observation: r.observation ?? null,
-      history: r.history.map((h) => h.outcome),
+      history: r.history.map((h) => h.outcome + (h.retry_after_ms !== null && h.retry_after_ms !== undefined ? " wait " + h.retry_after_ms : "")),
     };
   };
   const shown = await until(read, (v) => isDeepStrictEqual(v, expected(want)));
@@ -534,6 +535,16 @@ async function main() {
       assert.ok(observed.includes(digits), `the observation shows ${digits}: ${observed}`);
     }
     ok("precise-1: the observation keeps every digit the server stored");
+
+    check("receipt page: the rail's retry_after_ms in the timeline");
+    await page.locator("#lookup-id").fill("retry-2");
+    await page.locator('#lookup-form [type="submit"]').click();
+    const retry2 = await receiptMatches(page, "retry-2");
+    assert.equal(retry2.history.at(-1).retry_after_ms, 5000, "the seeded retry_after_ms");
+    const waitItem = page.locator('#timeline li[data-outcome="retryable"][data-retry-after-ms="5000"]');
+    assert.equal(await waitItem.count(), 1, "the retryable entry carries retry_after_ms 5000");
+    assert.match(await waitItem.textContent(), /wait 5000 ms/, "the timeline says the rail's wait");
+    ok("retry-2: the timeline shows the rail's wait of 5000 ms");
 
     check("receipt page: lease holder, failure detail hash, observation");
     await page.locator("#lookup-id").fill("leased-1");
