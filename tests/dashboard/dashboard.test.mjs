@@ -299,8 +299,31 @@ async function main() {
       Object.fromEntries(rows.map((r) => [r.getAttribute("data-code"), { dead: Number(r.getAttribute("data-dead")), retry: Number(r.getAttribute("data-retry")) }])),
     );
     assert.deepEqual(codesShown, byCode, "failures by code differ from GET /v1/receipts");
+    // Axes: round y ticks up to at least the peak, and the hour's first and last minute.
+    const peaks = {
+      "#chart-throughput": Math.max(1, ...stats.minutes.map((m) => Math.max(m.settled + m.skipped + m.retried + m.dead_lettered, m.enqueued))),
+      "#chart-depth": Math.max(1, ...depths),
+    };
+    const axes = {};
+    for (const [chart, peak] of Object.entries(peaks)) {
+      const axis = await page.$eval(`${chart} svg.chart`, (svg) => {
+        const texts = (kind) => [...svg.querySelectorAll(`:scope > text[data-tick="${kind}"]`)].map((t) => t.textContent);
+        return { y: texts("y"), start: texts("start"), end: texts("end") };
+      });
+      const ys = axis.y.map(Number);
+      assert.ok(ys.length >= 1 && ys.every((v, i) => Number.isInteger(v) && v > 0 && (i === 0 || v > ys[i - 1])), `${chart}: y ticks ${axis.y}`);
+      assert.ok(ys.at(-1) >= peak, `${chart}: the top tick ${ys.at(-1)} is below the peak ${peak}`);
+      assert.equal(axis.start.length, 1, `${chart}: one start label`);
+      assert.equal(axis.end.length, 1, `${chart}: one end label`);
+      assert.match(axis.start[0], /^\d\d:\d\d$/, `${chart}: start label`);
+      assert.match(axis.end[0], /^\d\d:\d\d UTC$/, `${chart}: end label`);
+      const minutesOf = (hm) => Number(hm.slice(0, 2)) * 60 + Number(hm.slice(3, 5));
+      const span = (minutesOf(axis.end[0]) - minutesOf(axis.start[0]) + 1440) % 1440;
+      assert.equal(span, stats.minutes.length % 1440, `${chart}: ${axis.start[0]} to ${axis.end[0]} spans the minutes of GET /v1/stats`);
+      axes[chart] = `${axis.y.join("/")} ${axis.start[0]}–${axis.end[0]}`;
+    }
     if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
-    ok(`charts: throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
+    ok(`charts: axes ${JSON.stringify(axes)}; throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
 
     check("overview: live from the outcome feed");
     // Polling every 10 minutes: whatever changes within this step came through GET /v1/history.
