@@ -322,7 +322,6 @@ async function main() {
       assert.equal(span, stats.minutes.length % 1440, `${chart}: ${axis.start[0]} to ${axis.end[0]} spans the minutes of GET /v1/stats`);
       axes[chart] = `${axis.y.join("/")} ${axis.start[0]}–${axis.end[0]}`;
     }
-    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
     ok(`charts: axes ${JSON.stringify(axes)}; throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
 
     check("overview: live from the outcome feed");
@@ -399,6 +398,10 @@ async function main() {
     await page.locator('#live[data-live="live"]').waitFor();
     for (const id of ["live-1", "live-2", "live-3", "live-4"]) {
       assert.equal(await page.locator(`#latest li[data-receipt="${id}"]`).count(), 1, `${id} listed once`);
+    }
+    if (SCREENSHOT_DIR) {
+      await page.evaluate(() => window.scrollTo(0, 0));
+      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
     }
     ok("a broken stream shows reconnecting, then live; entries committed while it was away arrive once");
     await page.goto(`${BASE}/`, { waitUntil: "load" });
