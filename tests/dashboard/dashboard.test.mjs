@@ -384,6 +384,10 @@ async function main() {
     };
     await page.evaluate(() => { location.hash = "#overview"; });
     await page.locator("#latest").waitFor();
+    // A stream silent for longer than the server's keep-alive allows counts as broken.
+    await page.evaluate(() => { live.heardAt = 0; liveWatchdog(); });
+    await page.locator('#live[data-live="reconnecting"]').waitFor();
+    await page.locator('#live[data-live="live"]').waitFor();
     await page.evaluate(() => live.controller.abort());
     await page.locator('#live[data-live="reconnecting"]').waitFor();
     await liveOutcome("live-3", 1_764_460_872);
@@ -403,7 +407,7 @@ async function main() {
       await page.evaluate(() => window.scrollTo(0, 0));
       await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
     }
-    ok("a broken stream shows reconnecting, then live; entries committed while it was away arrive once");
+    ok("a silent or broken stream shows reconnecting, then live; entries committed while it was away arrive once");
     await page.goto(`${BASE}/`, { waitUntil: "load" });
 
     check("receipts view: dead letters, 10 per page");
