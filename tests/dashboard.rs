@@ -4,9 +4,11 @@
 //! The operator dashboard in a real browser: starts the real binary with an operator token (named
 //! `alice`) and a reader token, seeds receipts in every interesting state through the API, then
 //! runs `node tests/dashboard/dashboard.test.mjs` (playwright-core driving headless Debian
-//! Chromium): each view against the API's answers, actions through their dry runs, a reader
-//! token without actions, no request to another host, no horizontal overflow. Afterwards the
-//! store must hold what the browser did.
+//! Chromium): each view against the API's answers, the overview and an open receipt page
+//! following the outcome feed live (outcomes the script makes through the API, with polling
+//! slowed to 10 minutes), actions through their dry runs, a reader token without actions, no
+//! request to another host, no horizontal overflow. Afterwards the store must hold what the
+//! browser did.
 //! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
 //! (`bash tests/dashboard/ci-setup.sh` installs the last two).
 //!
@@ -149,7 +151,8 @@ impl Api {
     }
 }
 
-/// Some pending (one of them scheduled for tomorrow, one with numbers beyond a double), one leased, one retrying, one settled,
+/// Some pending (one of them scheduled for tomorrow, one with numbers beyond a double), one leased, two retrying (one with
+/// the rail's `retry_after_ms`), one settled,
 /// two dead-lettered (`invalid_receipt_signature`) and `BULK` more (`invalid_action_hash`).
 async fn seed(api: &Api) {
     for (i, id) in ["pending-1", "pending-2", "pending-3"].iter().enumerate() {
@@ -200,10 +203,16 @@ async fn seed(api: &Api) {
     let outcome = json!({"kind": "retryable", "code": "rpc", "detail": "rail timed out"});
     let route = api.outcome(&claim, outcome).await;
     assert_eq!(route["kind"], "retry_scheduled", "retry-1: {route}");
+    // The rail's own wait, recorded in the history entry.
+    api.enqueue("retry-2", 1_764_460_860).await;
+    let claim = api.claim("retry-2", 60_000).await;
+    let outcome = json!({"kind": "retryable", "code": "rpc", "detail": "rail asked for 5 s", "retry_after_ms": 5000});
+    let route = api.outcome(&claim, outcome).await;
+    assert_eq!(route["kind"], "retry_scheduled", "retry-2: {route}");
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 5, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
+        json!({"pending": 5, "scheduled": 1, "leased": 1, "retry_scheduled": 2, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
         "seeded counts"
     );
 }

@@ -7,7 +7,9 @@
 // CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes a PNG of each view there),
 // CPU_THROTTLE (slow the page down that many times, as on a loaded machine).
 // The server must hold what tests/dashboard.rs seeds: at least 11 dead letters (two pages of
-// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test).
+// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test). The
+// script itself enqueues, claims and reports `live-1` … `live-4` (the operator token may) to
+// watch the page follow GET /v1/history live.
 // Exits 0 when every check passes, 1 with a message naming the failed step otherwise.
 // tests/dashboard.rs starts the real binary, seeds it and runs this script.
 
@@ -168,7 +170,8 @@ async function receiptMatches(page, id) {
           const pre = document.querySelector("#receipt-observation");
           try { return pre ? JSON.parse(pre.textContent) : "(not shown)"; } catch { return "(not JSON)"; }
         })(),
-        history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) => li.getAttribute("data-outcome")),
+        history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) =>
+          li.getAttribute("data-outcome") + (li.hasAttribute("data-retry-after-ms") ? " wait " + li.getAttribute("data-retry-after-ms") : "")),
       };
     });
   };
@@ -190,7 +193,7 @@ async function receiptMatches(page, id) {
       id: r.receipt_id,
       facts,
       observation: r.observation ?? null,
-      history: r.history.map((h) => h.outcome),
+      history: r.history.map((h) => h.outcome + (h.retry_after_ms !== null && h.retry_after_ms !== undefined ? " wait " + h.retry_after_ms : "")),
     };
   };
   const shown = await until(read, (v) => isDeepStrictEqual(v, expected(want)));
@@ -296,8 +299,116 @@ async function main() {
       Object.fromEntries(rows.map((r) => [r.getAttribute("data-code"), { dead: Number(r.getAttribute("data-dead")), retry: Number(r.getAttribute("data-retry")) }])),
     );
     assert.deepEqual(codesShown, byCode, "failures by code differ from GET /v1/receipts");
-    if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
-    ok(`charts: throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
+    // Axes: round y ticks up to at least the peak, and the hour's first and last minute.
+    const peaks = {
+      "#chart-throughput": Math.max(1, ...stats.minutes.map((m) => Math.max(m.settled + m.skipped + m.retried + m.dead_lettered, m.enqueued))),
+      "#chart-depth": Math.max(1, ...depths),
+    };
+    const axes = {};
+    for (const [chart, peak] of Object.entries(peaks)) {
+      const axis = await page.$eval(`${chart} svg.chart`, (svg) => {
+        const texts = (kind) => [...svg.querySelectorAll(`:scope > text[data-tick="${kind}"]`)].map((t) => t.textContent);
+        return { y: texts("y"), start: texts("start"), end: texts("end") };
+      });
+      const ys = axis.y.map(Number);
+      assert.ok(ys.length >= 1 && ys.every((v, i) => Number.isInteger(v) && v > 0 && (i === 0 || v > ys[i - 1])), `${chart}: y ticks ${axis.y}`);
+      assert.ok(ys.at(-1) >= peak, `${chart}: the top tick ${ys.at(-1)} is below the peak ${peak}`);
+      assert.equal(axis.start.length, 1, `${chart}: one start label`);
+      assert.equal(axis.end.length, 1, `${chart}: one end label`);
+      assert.match(axis.start[0], /^\d\d:\d\d$/, `${chart}: start label`);
+      assert.match(axis.end[0], /^\d\d:\d\d UTC$/, `${chart}: end label`);
+      const minutesOf = (hm) => Number(hm.slice(0, 2)) * 60 + Number(hm.slice(3, 5));
+      const span = (minutesOf(axis.end[0]) - minutesOf(axis.start[0]) + 1440) % 1440;
+      assert.equal(span, stats.minutes.length % 1440, `${chart}: ${axis.start[0]} to ${axis.end[0]} spans the minutes of GET /v1/stats`);
+      axes[chart] = `${axis.y.join("/")} ${axis.start[0]}–${axis.end[0]}`;
+    }
+    ok(`charts: axes ${JSON.stringify(axes)}; throughput ${JSON.stringify(sums)}, depth ${depthShown}, failures ${JSON.stringify(byCode)}`);
+
+    check("overview: live from the outcome feed");
+    // Polling every 10 minutes: whatever changes within this step came through GET /v1/history.
+    const POLL_MS = 600_000;
+    await page.goto(`${BASE}/?poll=${POLL_MS}#overview`, { waitUntil: "load" });
+    await page.locator('#live[data-live="live"]').waitFor();
+    assert.equal((await page.locator("#live").textContent()).trim(), "live", "the live indicator");
+    const beforeLive = await countsMatch(page, "before the live outcome");
+    const liveStarted = Date.now();
+    await api("POST", "/v1/receipts", { receipt_id: "live-1", finalized_at: 1_764_460_870, observation: { amount: 1 } });
+    const liveClaim = await api("POST", "/v1/receipts/live-1/claim", { worker_id: "dashboard-live", lease_ms: 60_000 });
+    await api("POST", "/v1/receipts/live-1/outcome", { claim: liveClaim, outcome: { kind: "accepted", transcript_id: "tx-live-1" } });
+    const latest = page.locator('#latest li[data-receipt="live-1"]');
+    await latest.waitFor();
+    assert.equal(await latest.getAttribute("data-outcome"), "accepted", "the latest outcome of live-1");
+    assert.equal(await latest.locator("a").getAttribute("href"), "#receipt=live-1", "the latest outcome links to its receipt");
+    assert.equal(await page.locator("#latest li[data-receipt]").first().getAttribute("data-receipt"), "live-1", "newest first");
+    const afterLive = await countsMatch(page, "after the live outcome");
+    assert.equal(afterLive.settled, beforeLive.settled + 1, "settled after the live outcome");
+    const liveMs = Date.now() - liveStarted;
+    assert.ok(liveMs < POLL_MS, `the counts followed within ${liveMs} ms, sooner than the poll`);
+    ok(`live: live-1's outcome listed and the counts followed in ${liveMs} ms (polling every ${POLL_MS / 1000} s)`);
+
+    check("receipt page: refreshed live by its own outcome");
+    await api("POST", "/v1/receipts", { receipt_id: "live-2", finalized_at: 1_764_460_871, observation: { amount: 2 } });
+    const liveClaim2 = await api("POST", "/v1/receipts/live-2/claim", { worker_id: "dashboard-live", lease_ms: 60_000 });
+    await page.evaluate(() => { location.hash = "#receipt=live-2"; });
+    await receiptMatches(page, "live-2");
+    await api("POST", "/v1/receipts/live-2/outcome", {
+      claim: liveClaim2,
+      outcome: { kind: "retryable", code: "rpc", detail: "rail busy (dashboard test)", retry_after_ms: 5000 },
+    });
+    const liveState = await until(() => page.locator("#receipt-state").textContent(), (s) => s === "retry_scheduled");
+    assert.equal(liveState, "retry_scheduled", "live-2's page after its retryable outcome");
+    await receiptMatches(page, "live-2");
+    assert.equal(await page.locator('#latest li[data-receipt="live-2"]').getAttribute("data-outcome"), "retryable", "latest outcomes");
+    ok("live-2's open page turned retry_scheduled with its new history entry, from the feed");
+
+    check("live: the event-stream parser");
+    const parsed = await page.evaluate(() => {
+      const events = [];
+      const feed = sseParser((e) => events.push(e));
+      // Split anywhere, even inside a \r\n; comments, multi-line data, an event type.
+      for (const chunk of [": keep-alive\n\nid: 0-1\r", "\ndata: {\"a\":", "1}\r\n\r\nid:0-2\ndata: one\ndata:two\n", "\nevent: error\ndata: gone\n\nid: 0-3\n\n"]) feed(chunk);
+      return events;
+    });
+    assert.deepEqual(parsed, [
+      { id: "0-1", event: "message", data: '{"a":1}' },
+      { id: "0-2", event: "message", data: "one\ntwo" },
+      { id: "0-2", event: "error", data: "gone" },
+    ], "events parsed from text/event-stream");
+    ok("the page's event-stream parser: ids, comments, multi-line data, CRLF split across chunks");
+
+    check("live: reconnects after an error, resumes after the last id");
+    const liveOutcome = async (id, finalizedAt) => {
+      await api("POST", "/v1/receipts", { receipt_id: id, finalized_at: finalizedAt, observation: { amount: 3 } });
+      const c = await api("POST", `/v1/receipts/${id}/claim`, { worker_id: "dashboard-live", lease_ms: 60_000 });
+      await api("POST", `/v1/receipts/${id}/outcome`, { claim: c, outcome: { kind: "accepted", transcript_id: `tx-${id}` } });
+    };
+    await page.evaluate(() => { location.hash = "#overview"; });
+    await page.locator("#latest").waitFor();
+    // A stream silent for longer than the server's keep-alive allows counts as broken.
+    await page.evaluate(() => { live.heardAt = 0; liveWatchdog(); });
+    await page.locator('#live[data-live="reconnecting"]').waitFor();
+    await page.locator('#live[data-live="live"]').waitFor();
+    await page.evaluate(() => live.controller.abort());
+    await page.locator('#live[data-live="reconnecting"]').waitFor();
+    await liveOutcome("live-3", 1_764_460_872);
+    await page.locator('#live[data-live="live"]').waitFor();
+    await page.locator('#latest li[data-receipt="live-3"]').waitFor();
+    // Stopped (as when the page hides) while an outcome commits: the restart resumes after the
+    // last id received, so the entry arrives, once.
+    await page.evaluate(() => liveStop());
+    await liveOutcome("live-4", 1_764_460_873);
+    await page.evaluate(() => liveStart());
+    await page.locator('#latest li[data-receipt="live-4"]').waitFor();
+    await page.locator('#live[data-live="live"]').waitFor();
+    for (const id of ["live-1", "live-2", "live-3", "live-4"]) {
+      assert.equal(await page.locator(`#latest li[data-receipt="${id}"]`).count(), 1, `${id} listed once`);
+    }
+    if (SCREENSHOT_DIR) {
+      await page.evaluate(() => window.scrollTo(0, 0));
+      await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
+    }
+    ok("a silent or broken stream shows reconnecting, then live; entries committed while it was away arrive once");
+    await page.goto(`${BASE}/`, { waitUntil: "load" });
 
     check("receipts view: dead letters, 10 per page");
     await page.locator('nav a[data-view="receipts"]').click();
@@ -455,6 +566,16 @@ async function main() {
     }
     ok("precise-1: the observation keeps every digit the server stored");
 
+    check("receipt page: the rail's retry_after_ms in the timeline");
+    await page.locator("#lookup-id").fill("retry-2");
+    await page.locator('#lookup-form [type="submit"]').click();
+    const retry2 = await receiptMatches(page, "retry-2");
+    assert.equal(retry2.history.at(-1).retry_after_ms, 5000, "the seeded retry_after_ms");
+    const waitItem = page.locator('#timeline li[data-outcome="retryable"][data-retry-after-ms="5000"]');
+    assert.equal(await waitItem.count(), 1, "the retryable entry carries retry_after_ms 5000");
+    assert.match(await waitItem.textContent(), /wait 5000 ms/, "the timeline says the rail's wait");
+    ok("retry-2: the timeline shows the rail's wait of 5000 ms");
+
     check("receipt page: lease holder, failure detail hash, observation");
     await page.locator("#lookup-id").fill("leased-1");
     await page.locator('#lookup-form [type="submit"]').click();
@@ -480,7 +601,8 @@ async function main() {
     await listMatches(page, forReader, "dead letters, reader token");
     assert.equal(await page.locator(".act:visible").count(), 0, "action controls visible to a reader token");
     assert.equal(await page.locator("#error").isHidden(), true, "an error is shown to a reader");
-    ok(`reader: ${forReader.length} dead letters listed, no action button`);
+    await page.locator('#live[data-live="live"]').waitFor();
+    ok(`reader: ${forReader.length} dead letters listed, no action button; the feed is live`);
     await page.locator("#token").fill(TOKEN);
     await page.locator('#token-form [type="submit"]').click();
     await page.locator("body.can-act").waitFor({ state: "attached" });
