@@ -35,8 +35,8 @@ pub struct ReceiptRow {
 }
 
 /// The column list matching [`ReceiptRow`], for `SELECT` and `RETURNING`.
-#[macro_export]
-#[doc(hidden)]
+/// A macro, not a `const`, so that `concat!` can build whole statements
+/// at compile time; crate-private (`pub(crate) use` below).
 macro_rules! receipt_columns {
     () => {
         "receipt_id, finalized_at, observation, status, attempts, row_version, \
@@ -46,14 +46,13 @@ macro_rules! receipt_columns {
 }
 
 /// The column list matching [`HistoryRow`].
-#[macro_export]
-#[doc(hidden)]
 macro_rules! history_columns {
     () => {
         "attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
          observed_at_ms, route, actor, note, retry_after_ms"
     };
 }
+pub(crate) use {history_columns, receipt_columns};
 
 /// One `receipt_history` row.
 #[derive(Debug, Clone, FromRow)]

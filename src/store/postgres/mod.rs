@@ -3,7 +3,7 @@
 //! `FOR UPDATE SKIP LOCKED` statement, and `LISTEN/NOTIFY` so that long polls
 //! wake up on every replica.
 
-/// [`receipt_columns`](crate::receipt_columns) as PostgreSQL returns them:
+/// `receipt_columns!` (`store::rows`) as PostgreSQL returns them:
 /// the observation is a `json` column, read back as its exact text.
 macro_rules! pg_receipt_columns {
     () => {
@@ -299,7 +299,7 @@ async fn row_for_update(
 async fn history(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
     Ok(sqlx::query_as(concat!(
         "SELECT ",
-        crate::history_columns!(),
+        crate::store::rows::history_columns!(),
         " FROM receipt_history WHERE receipt_id = $1 ORDER BY id"
     ))
     .bind(receipt_id)

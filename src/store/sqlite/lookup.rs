@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::super::rows::ReceiptRow;
 use super::super::rules::NewHistory;
 use super::super::*;
-use crate::receipt_columns;
+use crate::store::rows::receipt_columns;
 
 /// A `ReceiptRow` from a row selected with `receipt_columns!()`.
 pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {

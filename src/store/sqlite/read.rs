@@ -5,7 +5,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::super::rules;
 use super::super::*;
-use crate::{history_columns, receipt_columns};
+use crate::store::rows::{history_columns, receipt_columns};
 
 /// One receipt row.
 pub async fn row(conn: &mut SqliteConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {

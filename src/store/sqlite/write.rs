@@ -17,7 +17,7 @@ use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::super::*;
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
 use crate::domain::ConflictKind;
-use crate::receipt_columns;
+use crate::store::rows::receipt_columns;
 
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
 #[derive(Debug, Clone)]
