@@ -131,7 +131,10 @@ impl FeedRow {
 
 /// The columns of a [`FeedRow`] after `tx` (each backend selects `tx` its own
 /// way): the entry's position and receipt, then those of a [`HistoryRow`].
-pub const FEED_COLUMNS: &str = concat!("id AS entry_id, receipt_id, ", crate::store::rows::history_columns!());
+pub const FEED_COLUMNS: &str = concat!(
+    "id AS entry_id, receipt_id, ",
+    crate::store::rows::history_columns!()
+);
 
 /// How a backend reads the feed, all in one snapshot.
 pub(crate) trait FeedSource {

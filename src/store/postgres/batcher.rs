@@ -8,9 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use super::*;
+use crate::domain::SettlementRouteError;
+use crate::store::StoreResult;
 
 /// A request that can be merged with others of its kind.
 pub(super) trait Mergeable: Send + Sized + 'static {

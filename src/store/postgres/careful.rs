@@ -7,10 +7,17 @@
 use sqlx::Acquire;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::super::rows::to_i64;
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
-use super::*;
+use super::{Tx, announce, begin, finish, in_id_order, row, storable};
+use crate::domain::{
+    LeaseMs, RetryPolicy, SettlementAttemptClaim, SettlementRoute, SettlementRouteError,
+    SettlementRoutingInput,
+};
+use crate::store::StoreResult;
+use crate::store::rows::ReceiptRow;
 
 /// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
 macro_rules! cas_where {

@@ -1,9 +1,19 @@
 //! Claims: by id under a row lock, or a batch as one
 //! `FOR UPDATE SKIP LOCKED` statement that is all or nothing.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use sqlx::PgPool;
+
 use super::super::rows::to_i64;
-use super::*;
-use crate::domain::ConflictKind;
+use super::{PostgresStore, Tx, begin, finish, row_for_update, storable};
+use crate::domain::{
+    ClaimLimit, ConflictKind, LeaseMs, ReceiptId, SettlementAttemptClaim, SettlementRouteError,
+    WorkerId,
+};
+use crate::store::rows::ReceiptRow;
+use crate::store::{ReceiptClaim, StoreResult, rules};
 
 /// Lease every due row, up to `$2`, in claim order, in one statement. Each
 /// claim position has its owner, token (made in Rust) and deadline (`$3`,

@@ -8,8 +8,8 @@ use sqlx::PgConnection;
 
 use super::super::feed::{FEED_COLUMNS, FeedRow, FeedSource};
 use super::super::rows::{to_i64, to_u64};
-use super::super::*;
 use super::{PostgresStore, finish};
+use crate::store::{FeedPosition, FeedRead, FeedStart, StoreResult};
 
 /// Transactions below this id have all ended, as of the statement's snapshot.
 /// (Queries order by `h.tx`: a bare `tx` would name the output column, the

@@ -4,9 +4,13 @@
 //! `UPDATE … FROM` with a repeated key would apply only one arbitrary source
 //! row; callers split repeats into successive rounds.
 
+use sqlx::PgConnection;
+
 use super::super::rows::ReceiptRow;
 use super::super::rules::{Cas, Change, NewHistory, Plan};
-use super::*;
+use super::{CHANNEL, storable};
+use crate::domain::SettlementRouteError;
+use crate::store::StoreResult;
 
 /// The claim fields of the compare-and-swap, owned, with the clock of the check.
 #[derive(Debug, Clone)]

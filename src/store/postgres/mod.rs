@@ -41,8 +41,16 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::rows::{HistoryRow, ReceiptRow};
-use super::*;
 use super::{explain, rules};
+use crate::domain::{
+    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
+    SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding, WorkerId,
+};
+use crate::store::{
+    ActionResult, BackendKind, DeadLetter, DeadLetterCursor, Enqueued, FeedRead, FeedStart,
+    NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView, SearchPage,
+    SearchResults, SettlementOutcomeStore, SharedStore, StatsMinute, StatusView, StoreResult,
+};
 
 /// Pool and timeout settings for PostgreSQL.
 #[derive(Debug, Clone)]

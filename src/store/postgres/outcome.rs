@@ -5,11 +5,19 @@
 //! rules. The answers are those of running the callers one after another,
 //! each item in its order.
 
+use sqlx::{PgConnection, PgPool};
+
 use super::super::rows::to_i64;
 use super::super::rules::{self, Cas};
 use super::careful;
 use super::guarded::{self, Extension, Guard, NewValues, Write};
-use super::*;
+use super::{begin, finish, row, storable};
+use crate::domain::{
+    LeaseMs, RetryPolicy, SettlementAttemptClaim, SettlementRoute, SettlementRouteError,
+    SettlementRoutingInput,
+};
+use crate::store::StoreResult;
+use crate::store::rows::ReceiptRow;
 
 /// One caller's write request.
 #[derive(Debug, Clone)]

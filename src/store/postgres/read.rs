@@ -2,7 +2,11 @@
 //! from one consistent snapshot, with the same SQL shape as the SQLite store.
 
 use super::super::rows::to_i64;
-use super::*;
+use super::{PostgresStore, history, row};
+use crate::store::rows::ReceiptRow;
+use crate::store::{
+    DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult, rules,
+};
 
 impl PostgresStore {
     pub(super) async fn read_view(

@@ -3,7 +3,9 @@
 
 use super::super::rows::to_i64;
 use super::super::search::{self, Bind, Dialect};
-use super::*;
+use super::{PostgresStore, storable};
+use crate::store::rows::ReceiptRow;
+use crate::store::{ReceiptFilter, SearchPage, SearchResults, StoreResult};
 
 impl PostgresStore {
     pub(super) async fn find_page(

@@ -5,7 +5,8 @@ use sqlx::AssertSqlSafe;
 
 use super::super::rows::to_i64;
 use super::super::stats::{select_sql, upsert_sql};
-use super::*;
+use super::{PostgresStore, finish};
+use crate::store::{StatsMinute, StoreResult};
 
 impl PostgresStore {
     /// Add each minute's deltas, then delete minutes before `keep_from_ms`,

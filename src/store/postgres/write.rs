@@ -3,10 +3,15 @@
 
 use std::collections::{HashMap, HashSet};
 
+use sqlx::PgConnection;
+
 use super::super::actions::{self, Binds};
 use super::super::rows::to_i64;
 use super::super::rules::NewHistory;
-use super::*;
+use super::{CHANNEL, PostgresStore, Tx, announce, finish, row, row_for_update};
+use crate::domain::{ReceiptId, SettlementRouteError};
+use crate::store::rows::ReceiptRow;
+use crate::store::{Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, StoreResult, rules};
 
 /// Insert every new receipt in one statement, in id order (so that two
 /// batches that share ids wait for each other instead of deadlocking) and,

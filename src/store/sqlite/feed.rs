@@ -8,8 +8,8 @@ use sqlx::SqliteConnection;
 
 use super::super::feed::{FEED_COLUMNS, FeedRow, FeedSource};
 use super::super::rows::{to_i64, to_u64};
-use super::super::*;
 use super::lookup::json;
+use crate::store::{FeedPosition, StoreResult};
 
 /// Feed reads on one reader connection, inside a transaction (one snapshot).
 pub struct Reader<'c>(pub &'c mut SqliteConnection);

@@ -7,7 +7,8 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::super::rows::ReceiptRow;
 use super::super::rules::NewHistory;
-use super::super::*;
+use crate::domain::SettlementRouteError;
+use crate::store::StoreResult;
 use crate::store::rows::receipt_columns;
 
 /// A `ReceiptRow` from a row selected with `receipt_columns!()`.

@@ -23,8 +23,16 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Notify;
 
 use super::rows::to_i64;
-use super::*;
 use super::{explain, rules};
+use crate::domain::{
+    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
+    SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding, WorkerId,
+};
+use crate::store::{
+    Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, Enqueued, FeedRead, FeedStart,
+    NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView, SearchPage,
+    SearchResults, SettlementOutcomeStore, StatsMinute, StatusView, StoreResult,
+};
 use group::Writer;
 use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
 

@@ -4,8 +4,10 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::super::rules;
-use super::super::*;
 use crate::store::rows::{history_columns, receipt_columns};
+use crate::store::{
+    DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult,
+};
 
 /// One receipt row.
 pub async fn row(conn: &mut SqliteConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {

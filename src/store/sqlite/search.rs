@@ -6,7 +6,7 @@ use sqlx::SqlitePool;
 
 use super::super::rows::ReceiptRow;
 use super::super::search::{self, Bind, Dialect};
-use super::super::*;
+use crate::store::{ReceiptFilter, SearchPage, SearchResults, StoreResult};
 
 /// One page of a search at `now` (ms).
 pub async fn find(

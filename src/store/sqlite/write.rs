@@ -14,10 +14,15 @@ use rusqlite::Connection;
 use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
-use super::super::*;
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
-use crate::domain::ConflictKind;
+use crate::domain::{
+    ClaimLimit, ConflictKind, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
+    SettlementRouteError, SettlementRoutingInput, WorkerId,
+};
 use crate::store::rows::receipt_columns;
+use crate::store::{
+    Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, ReceiptClaim, StoreResult,
+};
 
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
 #[derive(Debug, Clone)]
