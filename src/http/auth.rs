@@ -20,7 +20,8 @@ use super::error::{ApiError, ProblemCode};
 pub const BEARER: &str = "bearer";
 
 /// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Enqueue, read receipts and info.
     Producer,

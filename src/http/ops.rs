@@ -1,14 +1,15 @@
 //! Status for dashboards, service facts, health and readiness, the spec.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::auth::{Caller, Role};
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
 use super::wire::{MAX_BATCH_ITEMS, MAX_BODY_BYTES, MAX_OBSERVATION_BYTES, MAX_WAIT_MS};
@@ -78,13 +79,31 @@ pub struct InfoOut {
     pub store_binding: String,
     pub retry_policy: RetryPolicy,
     pub limits: Limits,
+    /// Who is asking: the role and name of the token sent. Absent on a
+    /// server without tokens (loopback only), where every caller may do
+    /// everything. A client (the dashboard) shows only what the role may do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<CallerOut>,
 }
 
-/// Version, backend, store binding, retry policy and limits.
+/// The token behind a request: its role, and its name when it was given
+/// one (`--token ROLE:NAME:TOKEN`). Never the token.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CallerOut {
+    pub role: Role,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Version, backend, store binding, retry policy, limits, and the caller's role.
 #[utoipa::path(get, path = "/v1/info", security(("bearer" = ["producer", "worker", "reader", "operator"])), operation_id = "v1.info.get", tag = "operations",
     responses((status = 200, description = "Service facts", body = InfoOut)))]
-async fn info(State(app): State<AppState>) -> Json<InfoOut> {
+async fn info(State(app): State<AppState>, caller: Option<Extension<Caller>>) -> Json<InfoOut> {
     Json(InfoOut {
+        caller: caller.map(|Extension(c)| CallerOut {
+            role: c.role,
+            name: c.name.map(|n| n.to_string()),
+        }),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         backend: app.store.backend(),
         store_binding: app.store.settlement_store_binding().to_hex(),

@@ -591,10 +591,14 @@ async function main() {
     await page.locator("#receipts-table").waitFor({ state: "visible" });
     ok("leased-1 shows its lease holder and deadline; dead-1 its failure hash and dead letter; a list link opens the page");
 
+    check("the badge names the token's role and name from GET /v1/info");
+    await page.locator("#role").filter({ hasText: "operator alice: may act" }).waitFor();
+    ok("the operator token is shown as operator alice, allowed to act");
+
     check("a reader token sees no action");
     await page.locator("#token").fill(READER_TOKEN);
     await page.locator('#token-form [type="submit"]').click();
-    await page.locator("#role").filter({ hasText: "read-only" }).waitFor();
+    await page.locator("#role").filter({ hasText: "reader: read-only" }).waitFor();
     await page.locator('#state-tabs [data-state="dead_lettered"]').click();
     const forReader = (await api("GET", "/v1/receipts?state=dead_lettered&limit=50")).receipts;
     assert.ok(forReader.length > 0, "a dead letter is left to show");

@@ -253,6 +253,40 @@ async fn a_path_no_operation_has_is_not_found_for_every_valid_token() {
     s.stop().await;
 }
 
+/// `GET /v1/info` tells every token its role and name (never the token), so
+/// that a client can show only what it may do; an anonymous server names none.
+#[tokio::test]
+async fn info_names_the_callers_role_and_token_name() {
+    let entries = [
+        "operator:alice:operator-token-0123456789".to_owned(),
+        "reader:reader-token-0123456789".to_owned(),
+    ];
+    let s = spawn_with_tokens(fresh_sqlite().await, Tokens::parse(&entries).unwrap()).await;
+    let info = |token: &'static str| {
+        let request = s
+            .client
+            .get(format!("{}/v1/info", s.base))
+            .bearer_auth(token);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let operator = info("operator-token-0123456789").await;
+    assert_eq!(
+        operator["caller"],
+        json!({"role": "operator", "name": "alice"})
+    );
+    assert!(
+        !operator.to_string().contains("operator-token"),
+        "{operator}"
+    );
+    let reader = info("reader-token-0123456789").await;
+    assert_eq!(reader["caller"], json!({"role": "reader"}));
+    s.stop().await;
+    let anonymous = crate::common::http::spawn(fresh_sqlite().await).await;
+    let info = anonymous.get("/v1/info").await.ok(200).clone();
+    assert!(info.get("caller").is_none(), "{info}");
+    anonymous.stop().await;
+}
+
 #[tokio::test]
 async fn a_refused_caller_changes_nothing() {
     let entries = ["reader:reader-token-0123456789".to_owned()];
