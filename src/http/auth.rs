@@ -313,6 +313,9 @@ pub async fn require_token(
     let Some(caller) = presented.and_then(|t| guard.tokens.caller_of(t)) else {
         return unauthorized();
     };
+    // `None` lets a valid token through to the router's 404/405: the table
+    // holds exactly the router's `/v1` operations (both come from the same
+    // `split_for_parts`, matched by the same matchit), so no handler runs.
     let allowed = guard
         .access
         .allows(caller.role, request.method(), path)
