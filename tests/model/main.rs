@@ -334,7 +334,15 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    // Failing seeds are kept beside this file (main.proptest-regressions):
+    // proptest's default puts a `main.rs`'s under `tests/proptest-regressions/`.
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn sqlite_store_agrees_with_the_model(ops in case()) {

@@ -61,11 +61,16 @@ pub enum Tamper {
     Until,
 }
 
+/// The rail's waits a retryable outcome may carry: none, shorter than every
+/// backoff, between two backoffs, and beyond the model policy's cap.
+pub const RETRY_AFTER: [Option<u64>; 5] = [None, Some(0), Some(50), Some(250), Some(10_000)];
+
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {
     Accepted(u8),
     Skipped(u8),
-    Retryable(u8, u8),
+    /// Code, detail, and the rail's wait (an index into [`RETRY_AFTER`]).
+    Retryable(u8, u8, u8),
     Permanent(u8, u8),
 }
 
@@ -81,9 +86,9 @@ impl Kind {
             Kind::Skipped(r) => SettlementRoutingInput::Skipped {
                 reason: SettlementSkipReason::ALL[usize::from(r)],
             },
-            Kind::Retryable(c, d) => SettlementRoutingInput::Retryable {
+            Kind::Retryable(c, d, r) => SettlementRoutingInput::Retryable {
                 reason: failure(c, d),
-                retry_after_ms: None,
+                retry_after_ms: RETRY_AFTER[usize::from(r)],
             },
             Kind::Permanent(c, d) => SettlementRoutingInput::Permanent {
                 reason: failure(c, d),
@@ -183,7 +188,7 @@ pub fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
         1 => (0..3u8).prop_map(Kind::Accepted),
         1 => (0..3u8).prop_map(Kind::Skipped),
-        2 => (0..4u8, 0..2u8).prop_map(|(c, d)| Kind::Retryable(c, d)),
+        2 => (0..4u8, 0..2u8, 0..5u8).prop_map(|(c, d, r)| Kind::Retryable(c, d, r)),
         1 => (0..4u8, 0..2u8).prop_map(|(c, d)| Kind::Permanent(c, d)),
     ]
 }

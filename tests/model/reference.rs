@@ -255,6 +255,8 @@ impl Model {
         let invocation = c.attempts + 1;
         let mut h = entry(invocation, input.kind(), &c.lease_owner, now);
         h.code = failure.as_ref().map(|f| f.0);
+        // Recorded as the worker reported it, whatever the route.
+        h.retry_after_ms = input.retry_after_ms();
         h.detail_sha256 = failure.as_ref().map(|f| f.1.clone());
         row.lease = None;
         let route = match input {
@@ -276,7 +278,9 @@ impl Model {
                     SettlementFailureCode::Rpc | SettlementFailureCode::Backend
                 ) && c.attempts < p.max_retries =>
             {
+                // The longer of the backoff and the rail's wait, never beyond the cap.
                 let wait = (p.initial_backoff_ms * u64::from(p.backoff_multiplier).pow(c.attempts))
+                    .max(input.retry_after_ms().unwrap_or(0))
                     .min(p.backoff_cap_ms);
                 row.attempts = invocation;
                 row.next_visible = Some(now + wait);
