@@ -122,13 +122,7 @@ impl PostgresStore {
         let connect = connect_options(url, &options.schema)?;
         let acquire_timeout = Duration::from_millis(options.connect_timeout_ms);
         let statement_timeout = options.statement_timeout_ms;
-        prepare(
-            &connect,
-            &options.schema,
-            acquire_timeout,
-            statement_timeout,
-        )
-        .await?;
+        prepare(&connect, &options.schema, acquire_timeout).await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(acquire_timeout)

@@ -84,7 +84,6 @@ pub async fn prepare(
     options: &PgConnectOptions,
     schema: &str,
     connect_timeout: Duration,
-    statement_timeout_ms: u64,
 ) -> StoreResult<()> {
     let mut conn =
         match tokio::time::timeout(connect_timeout, PgConnection::connect_with(options)).await {
@@ -93,8 +92,12 @@ pub async fn prepare(
             Err(_) => return Err(explain::pg_connect_timeout(options, connect_timeout)),
         };
     let existed = schema_exists(&mut conn, schema).await.unwrap_or(false);
+    // Migrations run without the statement time limit the service's own
+    // statements have: building an index on a large table (or any DDL on a
+    // loaded server) may take longer, and a start-up that cancels its own
+    // migration would never succeed. The advisory lock keeps it to one replica.
     let result = async {
-        session(&mut conn, statement_timeout_ms).await?;
+        session(&mut conn, 0).await?;
         migrate(&mut conn, options, schema).await
     }
     .await;

@@ -61,7 +61,7 @@ pub async fn run(url: &str, cycle: Cycle) -> Res<RawResult> {
     // settled's own schema and migrations, as the service would create them.
     let schema = settled::store::postgres::DEFAULT_SCHEMA;
     let connect = settled::store::postgres::connect_options(url, schema)?;
-    settled::store::postgres::prepare(&connect, schema, Duration::from_secs(10), 0).await?;
+    settled::store::postgres::prepare(&connect, schema, Duration::from_secs(10)).await?;
     let pool = PgPoolOptions::new()
         .max_connections(u32::try_from(connections)?)
         .connect_with(connect)
