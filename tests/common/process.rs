@@ -2,9 +2,10 @@
 //! port of loopback, its log lines drained (so its pipes never fill) and kept.
 //!
 //! [`start`] is the common case; [`Launch`] adds what some tests need (more
-//! arguments or environment, a bound on the lines kept, the lines echoed to
-//! the test's output instead) and [`Starting`] lets several processes start
-//! at once, or lets an async test wait without blocking its runtime.
+//! arguments, another listen address or log level, a bound on the lines
+//! kept, the lines echoed to the test's output instead) and [`Starting`]
+//! lets several processes start at once, or lets an async test wait without
+//! blocking its runtime.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -83,12 +84,6 @@ impl Launch {
     /// at the binary's own default level).
     pub fn env_remove(mut self, key: &str) -> Self {
         self.command.env_remove(key);
-        self
-    }
-
-    /// An environment variable for the process.
-    pub fn env(mut self, key: &str, value: &str) -> Self {
-        self.command.env(key, value);
         self
     }
 
