@@ -10,12 +10,13 @@
 //! see how long each example took.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use crate::common::process::{self, Launch};
 
 const WORKER_TOKEN: &str = "worker-token-0123456789abcdef";
 const OPERATOR_TOKEN: &str = "operator-token-0123456789abcdef";
@@ -79,9 +80,10 @@ fn enc(id: &str) -> String {
 // ---------------------------------------------------------------------------
 // The server
 
-/// A running `settled` on an ephemeral port with a fresh SQLite database.
+/// A running `settled` on an ephemeral port with a fresh SQLite database
+/// (fields drop in order: the process is killed before its directory goes).
 struct Server {
-    child: Child,
+    _process: process::Server,
     base: String,
     client: reqwest::Client,
     dir: tempfile::TempDir,
@@ -91,41 +93,17 @@ impl Server {
     fn start() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = format!("sqlite:{}", dir.path().join("settled.db").display());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
-            .env_remove("SETTLED_DATABASE_URL")
-            .env_remove("SETTLED_LISTEN")
-            .env_remove("SETTLED_TOKENS")
-            .current_dir(dir.path())
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(["--database-url", &db])
+        let process = Launch::new(dir.path())
+            .database(&db)
             // A quick retry policy, so retried receipts come back within the test.
-            .args(["--initial-backoff-ms", "20", "--backoff-cap-ms", "200"])
-            .args(["--token", &format!("worker:{WORKER_TOKEN}")])
-            .args(["--token", &format!("operator:{OPERATOR_TOKEN}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .args(&["--initial-backoff-ms", "20", "--backoff-cap-ms", "200"])
+            .args(&["--token", &format!("worker:{WORKER_TOKEN}")])
+            .args(&["--token", &format!("operator:{OPERATOR_TOKEN}")])
             .spawn()
-            .expect("spawn settled");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut base = None;
-        for line in lines.by_ref() {
-            let line = line.expect("log line");
-            let entry: Value = serde_json::from_str(&line).expect("json log line");
-            if let Some(address) = entry["fields"]["address"].as_str() {
-                base = Some(format!("http://{address}"));
-                break;
-            }
-        }
-        let Some(base) = base else {
-            let _ = child.kill();
-            panic!("settled exited without listening: {:?}", child.wait());
-        };
-        // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+            .ready();
         Self {
-            child,
-            base,
+            base: process.base.clone(),
+            _process: process,
             client: reqwest::Client::new(),
             dir,
         }
@@ -165,13 +143,6 @@ impl Server {
 
     async fn counts(&self) -> Value {
         self.get("/v1/status?limit=1").await["counts"].clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
+use crate::common::process::{Launch, Server};
 
 mod start_errors;
 
@@ -20,40 +21,22 @@ fn settled() -> Command {
     cmd
 }
 
-/// Start the binary on an ephemeral port and return it with its base URL.
-fn start(dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
-    let (child, base, _) = launch(dir, "127.0.0.1:0", extra);
-    (child, base)
+/// Start the binary on an ephemeral port.
+fn start(dir: &std::path::Path, extra: &[&str]) -> Server {
+    launch(dir, "127.0.0.1:0", extra)
 }
 
-/// Start the binary with `--listen listen`; return it, its base URL and the
-/// log lines up to the one naming the address it listens on.
-fn launch(dir: &std::path::Path, listen: &str, extra: &[&str]) -> (Child, String, Vec<String>) {
-    let mut child = settled()
-        .current_dir(dir)
-        .args(["--listen", listen, "--log-format", "json"])
+/// Start the binary with `--listen listen`, logging at its own default
+/// level; its log holds the lines up to the one naming the address it
+/// listens on once it is returned.
+fn launch(dir: &std::path::Path, listen: &str, extra: &[&str]) -> Server {
+    Launch::new(dir)
+        .env_remove("SETTLED_PG_SCHEMA")
+        .env_remove("RUST_LOG")
+        .listen(listen)
         .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn settled");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = Vec::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.expect("log line");
-        let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
-        lines.push(line);
-        if let Some(address) = entry["fields"]["address"].as_str()
-            && entry["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("listening"))
-        {
-            return (child, format!("http://{address}"), lines);
-        }
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output();
-    panic!("settled exited without listening: {out:?} after {lines:?}");
+        .ready()
 }
 
 fn sigterm(child: &Child) {
@@ -68,7 +51,8 @@ fn sigterm(child: &Child) {
 async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
     let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, base) = start(dir.path(), &[]);
+    let mut server = start(dir.path(), &[]);
+    let base = server.base.clone();
     assert!(
         dir.path().join("settled.db").exists(),
         "settled.db created in the working directory"
@@ -83,15 +67,16 @@ async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(created.status().as_u16(), 201);
-    sigterm(&child);
-    let status = tokio::task::spawn_blocking(move || child.wait())
+    server.sigterm();
+    let status = tokio::task::spawn_blocking(move || server.child.wait())
         .await
         .unwrap()
         .unwrap();
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
 
     // The receipt survived the restart.
-    let (mut child, base) = start(dir.path(), &[]);
+    let server = start(dir.path(), &[]);
+    let base = server.base.clone();
     let view: serde_json::Value = client
         .get(format!("{base}/v1/receipts/r-1"))
         .send()
@@ -101,15 +86,15 @@ async fn serves_a_fresh_sqlite_database_and_stops_cleanly_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(view["state"], "pending");
-    child.kill().unwrap();
-    let _ = child.wait();
+    let _ = server.kill();
 }
 
 #[tokio::test]
 async fn a_sigterm_during_a_long_poll_answers_it_and_exits() {
     let _turn = crate::turn(module_path!());
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, base) = start(dir.path(), &[]);
+    let mut server = start(dir.path(), &[]);
+    let base = server.base.clone();
     let client = reqwest::Client::new();
     let poll = tokio::spawn(async move {
         client
@@ -120,7 +105,7 @@ async fn a_sigterm_during_a_long_poll_answers_it_and_exits() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = std::time::Instant::now();
-    sigterm(&child);
+    server.sigterm();
     let response = poll
         .await
         .unwrap()
@@ -128,7 +113,7 @@ async fn a_sigterm_during_a_long_poll_answers_it_and_exits() {
     assert_eq!(response.status().as_u16(), 200);
     let body: serde_json::Value = response.json().await.unwrap();
     assert_eq!(body["claims"], serde_json::json!([]));
-    let status = tokio::task::spawn_blocking(move || child.wait())
+    let status = tokio::task::spawn_blocking(move || server.child.wait())
         .await
         .unwrap()
         .unwrap();

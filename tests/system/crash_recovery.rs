@@ -9,12 +9,11 @@
 use crate::common;
 
 use crate::common::LEASE_LOST;
+use crate::common::process::{Launch, Server};
 use crate::common::rng::{Rng, now_ms};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,100 +31,15 @@ fn long() -> bool {
     std::env::var_os("SETTLED_LONG").is_some()
 }
 
-/// The running binary, its base URL, and its log lines (drained so the pipe never fills).
-struct Server {
-    child: Child,
-    base: String,
-    logs: Arc<Mutex<Vec<String>>>,
-}
-
+/// The binary on `url` with the `extra` flags; of a run under long load it
+/// keeps the first 1000 log lines.
 fn start(dir: &Path, url: &str, extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
-        .current_dir(dir)
-        .env_remove("SETTLED_DATABASE_URL")
-        .env_remove("SETTLED_LISTEN")
-        .env_remove("SETTLED_TOKENS")
-        .env("RUST_LOG", "warn,settled::server=info")
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--database-url", url])
+    Launch::new(dir)
+        .database(url)
         .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .keep_at_most(1000)
         .spawn()
-        .expect("spawn settled");
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                && let Some(address) = entry["fields"]["address"].as_str()
-            {
-                let _ = tx.send(address.to_owned());
-            }
-            let mut kept = kept.lock().unwrap();
-            if kept.len() < 1000 {
-                kept.push(line);
-            }
-        }
-    });
-    let stderr = child.stderr.take().expect("stderr");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(address) => Server {
-            child,
-            base: format!("http://{address}"),
-            logs,
-        },
-        Err(_) => {
-            let _ = child.kill();
-            let status = child.wait();
-            panic!(
-                "settled did not start ({status:?}): {:?}",
-                logs.lock().unwrap()
-            );
-        }
-    }
-}
-
-impl Server {
-    /// SIGKILL (what `kill -KILL pid` sends) and reap.
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let status = self.child.wait().expect("wait");
-        assert!(!status.success(), "killed, not exited: {status}");
-    }
-
-    /// SIGTERM and wait for a clean exit.
-    fn stop(mut self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(ok.success());
-        let status = self.child.wait().expect("wait");
-        assert!(
-            status.success(),
-            "exit 0 on SIGTERM, got {status}: {:?}",
-            self.logs.lock().unwrap()
-        );
-    }
-}
-
-/// A test that fails part-way must not leave the binary running.
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+        .ready()
 }
 
 fn client() -> reqwest::Client {
@@ -508,7 +422,8 @@ async fn crash_and_recover(url: String, dir: &Path) {
         publish.send_replace(Some(server.base.clone()));
         tokio::time::sleep(Duration::from_millis(300 + rng.below(1200))).await;
         publish.send_replace(None);
-        server.kill();
+        let status = server.kill();
+        assert!(!status.success(), "killed, not exited: {status}");
         killed_at = Some(Instant::now());
     }
     // Last run: stop producing (its last batch is acknowledged first), then let

@@ -9,11 +9,10 @@
 //! SKIPPED and passes otherwise.
 
 use crate::common;
+use crate::common::process::{Launch, Server};
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -144,68 +143,10 @@ async fn pump(
     }
 }
 
-/// A `settled` process, killed when dropped (also when a test panics).
-struct Settled {
-    child: Child,
-    base: String,
-    logs: Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Drop for Settled {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_settled(dir: &std::path::Path, args: &[&str]) -> Settled {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
-        .current_dir(dir)
-        .env_remove("SETTLED_DATABASE_URL")
-        .env_remove("SETTLED_LISTEN")
-        .env_remove("SETTLED_TOKENS")
-        .env("RUST_LOG", "warn,settled::server=info")
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn settled");
-    let logs = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    let kept = logs.clone();
-    // Drain the logs for the life of the process (a full pipe would block it).
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let entry: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            if let Some(address) = entry["fields"]["address"].as_str()
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(format!("http://{address}"));
-            }
-            kept.lock().expect("logs").push(line);
-        }
-    });
-    let stderr = child.stderr.take().expect("stderr");
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            kept.lock().expect("logs").push(line);
-        }
-    });
-    match tokio::time::timeout(Duration::from_secs(30), rx).await {
-        Ok(Ok(base)) => Settled { child, base, logs },
-        other => {
-            let _ = child.kill();
-            let status = child.wait();
-            let logs = logs.lock().expect("logs").join("\n");
-            panic!("settled did not start listening ({other:?}, {status:?}):\n{logs}");
-        }
-    }
+/// The binary with `args`, waited for without blocking the runtime (which
+/// serves the proxy it may reach its database through).
+async fn start_settled(dir: &std::path::Path, args: &[&str]) -> Server {
+    Launch::new(dir).args(args).spawn().ready_async().await
 }
 
 fn unix_ms() -> u64 {
@@ -666,7 +607,7 @@ async fn the_service_answers_503_during_an_outage_and_recovers_by_itself() {
     // The network went silent: connections closed, new ones never answered.
     let (held_503, held_back) = outage(&api, &proxy, Mode::Hold, &ids, &leased[1], &secrets).await;
 
-    let logs = settled.logs.lock().expect("logs").join("\n");
+    let logs = settled.log_text();
     assert!(
         logs.contains("backend failure"),
         "the internals of a 503 go to the log"

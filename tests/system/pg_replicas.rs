@@ -8,10 +8,9 @@
 
 use crate::common;
 use crate::common::LEASE_LOST;
+use crate::common::process::{Launch, Server};
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,78 +30,15 @@ const MAX_RETRIES: u32 = 3;
 /// The whole workload must finish well inside this.
 const WORKLOAD_BOUND: Duration = Duration::from_secs(50);
 
-/// A `settled` process, killed when dropped (also when a test panics).
-struct Replica {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Spawn `settled` on an ephemeral port; the address arrives on the channel.
-fn spawn_settled(
-    dir: &std::path::Path,
-    args: &[&str],
-) -> (Child, tokio::sync::oneshot::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
-        .current_dir(dir)
-        .env_remove("SETTLED_DATABASE_URL")
-        .env_remove("SETTLED_LISTEN")
-        .env_remove("SETTLED_TOKENS")
-        // Only the listening line and warnings: per-request lines cost CPU.
-        .env("RUST_LOG", "warn,settled::server=info")
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn settled");
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    // Keep draining the logs for the life of the process, so that it never
-    // blocks on a full pipe; show what is not the listening line.
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let entry: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            if let Some(address) = entry["fields"]["address"].as_str() {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(format!("http://{address}"));
-                }
-            } else {
-                eprintln!("settled: {line}");
-            }
-        }
-    });
-    let stderr = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            eprintln!("settled (stderr): {line}");
-        }
-    });
-    (child, rx)
-}
-
-/// Start `n` replicas at once (they migrate the same fresh database concurrently).
-async fn start_replicas(dir: &std::path::Path, n: usize, args: &[&str]) -> Vec<Replica> {
-    let spawned: Vec<_> = (0..n).map(|_| spawn_settled(dir, args)).collect();
+/// Start `n` replicas at once (they migrate the same fresh database
+/// concurrently); their log lines, but for the listening one, are shown.
+async fn start_replicas(dir: &std::path::Path, n: usize, args: &[&str]) -> Vec<Server> {
+    let starting: Vec<_> = (0..n)
+        .map(|_| Launch::new(dir).args(args).echo().spawn())
+        .collect();
     let mut replicas = Vec::new();
-    for (mut child, rx) in spawned {
-        match tokio::time::timeout(Duration::from_secs(30), rx).await {
-            Ok(Ok(base)) => replicas.push(Replica { child, base }),
-            other => {
-                let _ = child.kill();
-                let status = child.wait();
-                panic!("settled did not start listening ({other:?}): {status:?}");
-            }
-        }
+    for replica in starting {
+        replicas.push(replica.ready_async().await);
     }
     replicas
 }
@@ -508,7 +444,7 @@ async fn produce(client: reqwest::Client, bases: Vec<String>) -> usize {
     created
 }
 
-async fn store_bindings(client: &reqwest::Client, replicas: &[Replica]) -> Vec<String> {
+async fn store_bindings(client: &reqwest::Client, replicas: &[Server]) -> Vec<String> {
     let mut bindings = Vec::new();
     for replica in replicas {
         let (status, info) = get(client, &format!("{}/v1/info", replica.base)).await;

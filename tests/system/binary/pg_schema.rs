@@ -2,37 +2,30 @@
 //! start-up what it created, leaves a shared database's `public` alone, and
 //! names a missing database. Skipped without `SETTLED_TEST_POSTGRES_URL`.
 
-use std::process::Child;
-
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
 use super::common::fresh_postgres_url;
+use super::common::process::Server;
 use super::launch;
 use super::start_errors::refused;
 
-/// A running binary, killed when the test ends (or fails).
+/// A running binary (killed when the test ends, or fails) and what it
+/// logged up to the line saying where it listens.
 struct Running {
-    child: Child,
+    _server: Server,
     base: String,
     log: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn run(url: &str, extra: &[&str]) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let args = [&["--database-url", url][..], extra].concat();
-    let (child, base, lines) = launch(dir.path(), "127.0.0.1:0", &args);
+    let server = launch(dir.path(), "127.0.0.1:0", &args);
     Running {
-        child,
-        base,
-        log: lines.join("\n"),
+        base: server.base.clone(),
+        log: server.log_text(),
+        _server: server,
     }
 }
 

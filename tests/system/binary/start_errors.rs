@@ -85,13 +85,13 @@ fn listen_takes_localhost_a_bare_port_and_a_leading_colon() {
     let _turn = crate::turn(module_path!());
     for given in ["localhost:0", ":0", "0"] {
         let dir = tempfile::tempdir().unwrap();
-        let (mut child, base, _) = launch(dir.path(), given, &[]);
+        let server = launch(dir.path(), given, &[]);
+        let base = &server.base;
         assert!(
             base.starts_with("http://127.0.0.1:"),
             "--listen {given} listens on loopback: {base}"
         );
-        child.kill().unwrap();
-        let _ = child.wait();
+        let _ = server.kill();
     }
 }
 
