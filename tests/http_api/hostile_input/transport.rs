@@ -256,8 +256,10 @@ async fn idle_and_half_open_connections_do_not_starve_others_or_block_shutdown()
         assert_eq!(answer.status(), 200);
         slowest = slowest.max(started.elapsed());
     }
+    // Starved requests would wait for a held connection's 10 s head timeout
+    // (or the 60 s idle one); a loaded machine alone takes a few seconds.
     assert!(
-        slowest < Duration::from_secs(2),
+        slowest < Duration::from_secs(8),
         "slowest pair took {slowest:?}"
     );
     assert_eq!(server.status_counts().await["pending"], 50);
