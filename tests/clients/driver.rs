@@ -109,6 +109,7 @@ fn server(dir: &Path) -> (Server, Vec<(String, String)>) {
 
 #[test]
 fn a_generated_typescript_client_runs_its_flow() {
+    let _turn = super::one_at_a_time();
     let modules = clients_dir().join("node_modules");
     let bin = modules.join(".bin");
     let needs = [
@@ -152,6 +153,7 @@ fn a_generated_typescript_client_runs_its_flow() {
 
 #[test]
 fn a_generated_python_client_runs_its_flow() {
+    let _turn = super::one_at_a_time();
     let venv = clients_dir().join(".venv/bin");
     let needs = [(
         "tests/clients/.venv is missing (openapi-python-client)",

@@ -30,7 +30,8 @@ const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || "";
 // CPU_THROTTLE=6 runs the page six times slower (Chromium's CPU throttling): a loaded machine.
 const CPU_THROTTLE = Number(process.env.CPU_THROTTLE || "1");
 const STEP_TIMEOUT_MS = 10_000;
-const OVERALL_TIMEOUT_MS = 120_000;
+// Generous: Chromium alone took over 30 s to start beside a loaded CI run.
+const OVERALL_TIMEOUT_MS = 240_000;
 const CHROMIUM_FLAGS = [
   "--headless",
   "--no-sandbox",
@@ -232,7 +233,7 @@ async function main() {
     headless: true,
     args: CHROMIUM_FLAGS,
     viewport: { width: 1280, height: 800 },
-    timeout: 30_000,
+    timeout: 120_000,
   });
   let page = null;
   try {
