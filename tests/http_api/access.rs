@@ -247,6 +247,20 @@ async fn a_path_no_operation_has_is_not_found_for_every_valid_token() {
         assert_eq!(missing.status().as_u16(), 404, "{role}");
         let wrong_method = get("/v1/claims").await.unwrap();
         assert_eq!(wrong_method.status().as_u16(), 405, "{role}");
+        // HEAD runs the GET handler, so it needs GET's roles.
+        let head = s
+            .client
+            .head(format!("{}/v1/dead-letters/r", s.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let expected = if matches!(role, "reader" | "operator") {
+            404
+        } else {
+            403
+        };
+        assert_eq!(head.status().as_u16(), expected, "HEAD as {role}");
     }
     let anonymous = s.client.get(format!("{}/v1/nope", s.base)).send().await;
     assert_eq!(anonymous.unwrap().status().as_u16(), 401);
