@@ -274,6 +274,15 @@ pub fn mismatch() -> SettlementRouteError {
     )
 }
 
+/// The row a claim by id picked changed before its lease was written (a
+/// racing claim took it): the caller's claim lost the race.
+pub fn changed_while_claimed() -> SettlementRouteError {
+    SettlementRouteError::conflict(
+        ConflictKind::LeaseMismatch,
+        "row changed while being claimed",
+    )
+}
+
 /// [`plan_outcome`] refused an outcome. When the refusal is the claim's
 /// `attempts + 1` overflowing, that is the record's problem only if the claim
 /// is the live one: a forged claim with `attempts = u32::MAX` is answered as

@@ -9,8 +9,7 @@ use sqlx::PgPool;
 use super::super::rows::to_i64;
 use super::{PostgresStore, Tx, begin, finish, row_for_update, storable};
 use crate::domain::{
-    ClaimLimit, ConflictKind, LeaseMs, ReceiptId, SettlementAttemptClaim, SettlementRouteError,
-    WorkerId,
+    ClaimLimit, LeaseMs, ReceiptId, SettlementAttemptClaim, SettlementRouteError, WorkerId,
 };
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
@@ -98,12 +97,7 @@ async fn claim_one(
                 .bind(now)
                 .fetch_optional(&mut **tx)
                 .await?;
-            let leased = leased.ok_or_else(|| {
-                SettlementRouteError::conflict(
-                    ConflictKind::LeaseMismatch,
-                    "row changed while being claimed",
-                )
-            })?;
+            let leased = leased.ok_or_else(rules::changed_while_claimed)?;
             if row.lease_until_ms.is_some() {
                 expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }

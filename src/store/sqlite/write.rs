@@ -16,7 +16,7 @@ use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
 use crate::domain::{
-    ClaimLimit, ConflictKind, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
+    ClaimLimit, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
     SettlementRouteError, SettlementRoutingInput, WorkerId,
 };
 use crate::store::rows::receipt_columns;
@@ -149,10 +149,7 @@ fn lease(
             now
         ])?;
     if changed != 1 {
-        return Err(SettlementRouteError::conflict(
-            ConflictKind::LeaseMismatch,
-            "row changed while being claimed",
-        ));
+        return Err(rules::changed_while_claimed());
     }
     row.row_version = version;
     row.lease_owner = Some(worker_id.as_str().to_owned());
