@@ -82,6 +82,10 @@ struct Args {
     /// Retries are claims too, so receipts finish ~10% slower with the default mix.
     #[arg(long)]
     rate: Option<f64>,
+    /// Spread the receipts over this many groups (`g0000`, `g0001`, …), so
+    /// that every claim is shared out over them (0: no group named).
+    #[arg(long, default_value_t = 0)]
+    groups: usize,
     /// Extra receipts enqueued first, never due, sitting pending through the run.
     #[arg(long, default_value_t = 0)]
     preload: usize,
@@ -172,6 +176,7 @@ fn workload(args: &Args) -> Workload {
         lease_ms: args.lease_ms,
         mix: args.mix.clone(),
         deadline: Duration::from_secs(args.timeout_s),
+        groups: args.groups,
     }
 }
 
@@ -187,6 +192,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     let run = run_id();
     let preload_ids = Ids {
         prefix: format!("pre-{run}"),
+        groups: 0,
     };
     let mut preload_via = None;
     let (api, mut server, backend, policy, target) = if let Some(kind) = args.spawn {
@@ -234,6 +240,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
 
     let ids = Ids {
         prefix: format!("bench-{run}"),
+        groups: w.groups,
     };
     let started = Instant::now();
     let label = "enqueue (HTTP)";

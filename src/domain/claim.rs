@@ -119,7 +119,7 @@ impl ClaimLimit {
 /// which it reports the outcome.
 ///
 /// Send it back exactly as received: an outcome, heartbeat or release is
-/// accepted only while every field but `observation` matches the receipt's
+/// accepted only while every field but `group` and `observation` matches the receipt's
 /// current lease (otherwise a 409 whose code says why, e.g. `lease_conflict`
 /// or `lease_expired`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -149,6 +149,15 @@ pub struct SettlementAttemptClaim {
     #[serde(default)]
     #[schema(value_type = Option<Observation>)]
     pub observation: Option<serde_json::Value>,
+    /// The receipt's group (docs/groups.md), e.g. the rail to settle it on.
+    /// Not compared when the claim is sent back.
+    #[serde(default = "default_group_text")]
+    #[schema(min_length = 1, max_length = 128, default = "default")]
+    pub group: String,
+}
+
+fn default_group_text() -> String {
+    super::DEFAULT_GROUP.to_owned()
 }
 
 /// The OpenAPI schema of an observation (the values themselves are
@@ -188,6 +197,7 @@ mod tests {
             lease_token: "token-1".to_string(),
             lease_until_ms: 50,
             observation: None,
+            group: "rail:ach".to_string(),
         };
         let round: SettlementAttemptClaim =
             serde_json::from_value(serde_json::to_value(&claim).unwrap()).unwrap();

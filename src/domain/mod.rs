@@ -1,12 +1,14 @@
 //! The settlement domain: bounds, claims, outcomes, routes, and the retry policy.
 
 mod claim;
+mod group;
 mod policy;
 mod reasons;
 mod route;
 mod text;
 
 pub use claim::*;
+pub use group::*;
 pub use policy::*;
 pub use reasons::*;
 pub use route::*;

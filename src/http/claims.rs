@@ -16,7 +16,7 @@ use super::extract::{ApiJson, ApiPath};
 use super::waiting::FALLBACK_POLL;
 use super::wire::{self, MAX_WAIT_MS};
 use crate::domain::{ClaimLimit, LeaseMs, SettlementAttemptClaim};
-use crate::store::ReceiptClaim;
+use crate::store::{DueClaims, ReceiptClaim};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -45,12 +45,24 @@ pub struct ClaimsIn {
     #[serde(default)]
     #[schema(maximum = 20_000)]
     pub wait_ms: Option<u64>,
+    /// Claim only from these groups (1..=100 names; absent: every group).
+    #[serde(default)]
+    #[schema(min_items = 1, max_items = 100)]
+    pub groups: Option<Vec<String>>,
 }
 
-/// Claimed receipts, ordered by `(next_visible_at_ms, receipt_id)`; empty when nothing is due.
+/// Most groups one claim may name.
+const MAX_CLAIM_GROUPS: usize = 100;
+
+/// Claimed receipts, spread over the groups with due work round robin
+/// (each group's oldest due first); empty when nothing is due.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClaimsOut {
     pub claims: Vec<SettlementAttemptClaim>,
+    /// Present when a group's rate limit held due work back: a claim after
+    /// this many ms may get more (a long poll waits for it itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub look_again_ms: Option<u64>,
 }
 
 /// Claim up to `limit` due receipts.
@@ -78,6 +90,19 @@ async fn claim_batch(
             "wait_ms must be 0..=20000",
         ));
     }
+    let only = match body.groups {
+        None => Vec::new(),
+        Some(names) if names.is_empty() || names.len() > MAX_CLAIM_GROUPS => {
+            return Err(ApiError::validation(
+                ProblemCode::InvalidGroup,
+                "groups must name 1..=100 groups",
+            ));
+        }
+        Some(names) => names
+            .iter()
+            .map(|g| wire::parse_group(g))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let notifier = app.store.work_notifier();
     let waits = app.waits.clone();
@@ -100,23 +125,32 @@ async fn claim_batch(
                 turn.is_some() && !waits.looked_empty_since(woken)
             }
         };
-        let mut claims = Vec::new();
+        let mut due = DueClaims::default();
         if look {
             let started = Instant::now();
-            claims = app
+            due = app
                 .store
-                .claim_due(&worker, app.now(), lease, limit)
+                .claim_from(&worker, app.now(), lease, limit, &only)
                 .await?;
-            if claims.is_empty() {
+            // Only a look at every group, that no limit held back, tells
+            // the other polls that nothing is due.
+            if due.claims.is_empty() && only.is_empty() && !due.held_back {
                 waits.found_nothing(started);
             }
         }
         drop(turn);
         let now = Instant::now();
-        if !claims.is_empty() || now >= deadline || app.shutting_down() {
-            app.metrics.claimed(claims.len());
-            return Ok(Json(ClaimsOut { claims }));
+        if !due.claims.is_empty() || now >= deadline || app.shutting_down() {
+            app.metrics.claimed(due.claims.len());
+            return Ok(Json(ClaimsOut {
+                claims: due.claims,
+                look_again_ms: due.look_again_ms,
+            }));
         }
+        // A rate limit says when a token comes: look again then.
+        let look_again = due
+            .look_again_ms
+            .map_or(waits.fallback_interval(), Duration::from_millis);
         if waiting.is_none() {
             waiting = Some(waits.enter());
         }
@@ -125,7 +159,7 @@ async fn claim_batch(
         // a look begun one fallback period ago is recent enough.
         let timer = tokio::select! {
             () = &mut wake_up => false,
-            () = tokio::time::sleep_until(deadline.min(now + waits.fallback_interval())) => true,
+            () = tokio::time::sleep_until(deadline.min(now + look_again.min(waits.fallback_interval()))) => true,
             () = app.shutdown_signal() => false,
         };
         let at = Instant::now();
@@ -184,6 +218,14 @@ async fn claim_one(
         ReceiptClaim::Held => Err(ApiError::conflict(
             ProblemCode::ReceiptHeld,
             "an operator holds this receipt: it is not claimable until unheld",
+        )),
+        ReceiptClaim::GroupLimited { paused: true } => Err(ApiError::conflict(
+            ProblemCode::GroupPaused,
+            "this receipt's group is paused: it is not claimable until resumed",
+        )),
+        ReceiptClaim::GroupLimited { paused: false } => Err(ApiError::conflict(
+            ProblemCode::GroupAtLimit,
+            "this receipt's group is at its max_leased or rate limit: try again later",
         )),
         ReceiptClaim::NotYetVisible => Err(ApiError::conflict(
             ProblemCode::ReceiptNotVisible,

@@ -178,6 +178,7 @@ mod tests {
             code: crate::domain::SettlementFailureCode::Rpc,
             detail_sha256: String::new(),
             dead_lettered_at_ms: 0,
+            group: "default".into(),
         };
         let (at, id) = decode_cursor(&encode_cursor(&letter)).unwrap();
         assert_eq!((at, id.as_str()), (7, "a.b/é%2F"));

@@ -7,6 +7,7 @@ mod dashboard;
 mod dead_letters;
 pub mod error;
 mod extract;
+mod groups;
 mod history_feed;
 pub mod metrics;
 mod observe;
@@ -202,6 +203,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(receipts::routes())
         .merge(receipt_search::routes())
         .merge(claims::routes())
+        .merge(groups::routes())
         .merge(outcomes::routes())
         .merge(dead_letters::routes())
         .merge(actions::routes())

@@ -52,6 +52,9 @@ pub struct FindQuery {
     pub finished_to_ms: Option<u64>,
     /// `true`: only receipts an operator holds; `false`: only those not held.
     pub held: Option<bool>,
+    /// Only receipts of this group (docs/groups.md).
+    #[param(min_length = 1, max_length = 128)]
+    pub group: Option<String>,
     /// `newest` (default) or `oldest` `finalized_at` first.
     pub order: Option<SearchOrder>,
     /// Receipts per page: 1..=500, default 50.
@@ -75,6 +78,7 @@ pub struct FilterIn {
     pub finished_from_ms: Option<u64>,
     pub finished_to_ms: Option<u64>,
     pub held: Option<bool>,
+    pub group: Option<String>,
 }
 
 impl FilterIn {
@@ -90,6 +94,7 @@ impl FilterIn {
             finished_from_ms: self.finished_from_ms,
             finished_to_ms: self.finished_to_ms,
             held: self.held,
+            group: self.group,
             ..FindQuery::default()
         }
         .filter()
@@ -160,6 +165,12 @@ impl FindQuery {
                 ("finished_from_ms", "finished_to_ms"),
             )?,
             held: self.held,
+            group: self
+                .group
+                .as_deref()
+                .map(super::wire::parse_group)
+                .transpose()?
+                .map(|g| g.as_str().to_owned()),
         })
     }
 

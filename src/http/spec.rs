@@ -282,7 +282,8 @@ fn claim_example(receipt_id: &str, amount_cents: u64) -> Value {
         "lease_owner": "worker-a",
         "lease_token": "3f9c2a7e5b1d4c8a9e0f6b2d7a1c5e3b",
         "lease_until_ms": 1_764_460_830_000_u64,
-        "observation": {"amount_cents": amount_cents, "currency": "EUR"}
+        "observation": {"amount_cents": amount_cents, "currency": "EUR"},
+        "group": "rail:ach"
     })
 }
 
@@ -290,7 +291,8 @@ fn receipt_example(receipt_id: &str, amount_cents: u64) -> Value {
     json!({
         "receipt_id": receipt_id,
         "finalized_at": 1_764_460_800,
-        "observation": {"amount_cents": amount_cents, "currency": "EUR"}
+        "observation": {"amount_cents": amount_cents, "currency": "EUR"},
+        "group": "rail:ach"
     })
 }
 
@@ -319,6 +321,9 @@ fn request_example(operation_id: &str) -> Option<Value> {
         "v1.dead_letters.redrive" | "v1.receipts.unhold" => json!({}),
         "v1.receipts.hold" => json!({"reason": "merchant dispute #81"}),
         "v1.receipts.cancel" => json!({"reason": "duplicate of r-7"}),
+        "v1.groups.put" => {
+            json!({"paused": false, "max_leased": 50, "rate": {"per_second": 20, "burst": 40}})
+        }
         "v1.bulk.act" => json!({"receipt_ids": ["r-1", "r-2"], "dry_run": true, "expect_count": 2}),
         _ => return None,
     })
@@ -364,6 +369,9 @@ mod tests {
         parse::<ReasonIn>("v1.receipts.hold");
         parse::<ReasonIn>("v1.receipts.cancel");
         parse::<BulkIn>("v1.bulk.act");
+        parse::<crate::http::groups::GroupLimitsIn>("v1.groups.put")
+            .parse()
+            .unwrap();
     }
 
     #[test]

@@ -8,8 +8,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem, ProblemCode};
 use crate::domain::{
-    Observation, ReceiptId, SettlementAttemptClaim, SettlementFailureCode, SettlementFailureReason,
-    SettlementRoute, SettlementRoutingInput, SettlementSkipReason, TranscriptId, WorkerId,
+    GroupName, Observation, ReceiptId, SettlementAttemptClaim, SettlementFailureCode,
+    SettlementFailureReason, SettlementRoute, SettlementRoutingInput, SettlementSkipReason,
+    TranscriptId, WorkerId,
 };
 use crate::store::NewReceipt;
 
@@ -40,6 +41,13 @@ pub struct ReceiptIn {
     /// When it becomes due (server ms); default now. A past value is due at once.
     #[serde(default)]
     pub visible_at_ms: Option<u64>,
+    /// Its group (docs/groups.md), e.g. `rail:ach` or `merchant:m_123`:
+    /// 1..=128 UTF-8 bytes, no control characters, not `.` or `..`. Claims
+    /// are shared out fairly over groups, and an operator may limit or
+    /// pause a group. Part of the receipt's identity. Default `default`.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 128)]
+    pub group: Option<String>,
 }
 
 fn fits_i64(value: u64) -> bool {
@@ -80,11 +88,16 @@ impl ReceiptIn {
                 "visible_at_ms must be at most 9223372036854775807",
             ));
         }
+        let group = match self.group.as_deref() {
+            None => GroupName::default_group(),
+            Some(name) => parse_group(name)?,
+        };
         Ok(NewReceipt {
             receipt_id,
             finalized_at: self.finalized_at,
             observation,
             visible_at_ms: self.visible_at_ms,
+            group,
         })
     }
 }
@@ -100,6 +113,12 @@ pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
     }
     ReceiptId::parse(value)
         .map_err(|e| ApiError::bad_id(ProblemCode::InvalidReceiptId, "receipt_id", e))
+}
+
+/// A group name from a path, a query or a body.
+pub fn parse_group(value: &str) -> Result<GroupName, ApiError> {
+    GroupName::parse(value)
+        .map_err(|e| ApiError::validation(ProblemCode::InvalidGroup, e.to_string()))
 }
 
 /// What a worker reports after trying to settle a receipt, told apart by `kind`.

@@ -197,6 +197,7 @@ mod tests {
             finished_at_ms: None,
             held_at_ms: held.then_some(3),
             cancel_reason: None,
+            receipt_group: "default".into(),
         }
     }
 

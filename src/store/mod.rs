@@ -4,7 +4,9 @@ pub mod actions;
 mod connect;
 mod error;
 mod explain;
+pub mod fair;
 mod feed;
+mod group_list;
 pub mod postgres;
 mod rows;
 mod rules;
@@ -20,14 +22,16 @@ use tokio::sync::Notify;
 
 pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
 pub use connect::open_store;
+pub use fair::DueClaims;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
 pub use search::{ReceiptFilter, SearchOrder, SearchPage, SearchResults};
 pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute_of};
 pub use views::*;
 
 use crate::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
-    SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding, WorkerId,
+    ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim,
+    SettlementRoute, SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding,
+    WorkerId,
 };
 
 /// Shorthand for store results.
@@ -43,6 +47,8 @@ pub struct NewReceipt {
     pub observation: Option<serde_json::Value>,
     /// When it becomes due; `None` means now.
     pub visible_at_ms: Option<u64>,
+    /// Its group (part of its identity).
+    pub group: GroupName,
 }
 
 /// What enqueueing one receipt did.
@@ -67,6 +73,9 @@ pub enum ReceiptClaim {
     NotYetVisible,
     /// An operator holds it.
     Held,
+    /// Its group's limits do not let it be claimed now (`paused`: the
+    /// group is paused; otherwise a cap or a rate holds it back).
+    GroupLimited { paused: bool },
     /// Unknown, or finished (settled, skipped, dead-lettered).
     NoActiveWork,
 }
@@ -123,15 +132,36 @@ pub trait SettlementOutcomeStore: Send + Sync {
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim>;
 
-    /// Claim up to `limit` due receipts ordered by `(next_visible_at_ms, receipt_id)`;
-    /// all or nothing.
-    async fn claim_due(
+    /// Claim up to `limit` due receipts of the groups in `only` (empty: every
+    /// group), spread over the groups round robin, oldest due first within a
+    /// group, within each group's limits (docs/groups.md); all or nothing.
+    async fn claim_from(
         &self,
         worker_id: &WorkerId,
         now_ms: u64,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>>;
+        only: &[GroupName],
+    ) -> StoreResult<DueClaims<SettlementAttemptClaim>>;
+
+    /// Up to `limit` groups named after `after`, by name, with their limits
+    /// and figures at `now_ms`; with `exact`, only the group named `after`.
+    async fn groups(
+        &self,
+        now_ms: u64,
+        limit: usize,
+        after: &str,
+        exact: bool,
+    ) -> StoreResult<Vec<GroupView>>;
+
+    /// Set a group's limits, creating the group if it is new. Takes effect
+    /// at the next claim of every replica.
+    async fn set_group(
+        &self,
+        group: &GroupName,
+        limits: &GroupLimits,
+        now_ms: u64,
+    ) -> StoreResult<()>;
 
     /// Atomically commit outcomes for exact, unexpired claims, each judged on
     /// its own, in one durable transaction.
@@ -248,6 +278,21 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         results
             .pop()
             .unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+    }
+
+    /// Claim up to `limit` due receipts of every group (see
+    /// [`SettlementOutcomeStore::claim_from`]).
+    pub async fn claim_due(
+        &self,
+        worker_id: &WorkerId,
+        now_ms: u64,
+        lease_ms: LeaseMs,
+        limit: ClaimLimit,
+    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        let due = self
+            .claim_from(worker_id, now_ms, lease_ms, limit, &[])
+            .await?;
+        Ok(due.claims)
     }
 
     /// Put a dead letter back to work with attempts 0; `None` when it is not

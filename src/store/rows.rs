@@ -32,6 +32,7 @@ pub struct ReceiptRow {
     /// nothing once the receipt is no longer active.
     pub held_at_ms: Option<i64>,
     pub cancel_reason: Option<String>,
+    pub receipt_group: String,
 }
 
 /// The column list matching [`ReceiptRow`], for `SELECT` and `RETURNING`.
@@ -41,7 +42,8 @@ macro_rules! receipt_columns {
     () => {
         "receipt_id, finalized_at, observation, status, attempts, row_version, \
          next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, \
-         failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, cancel_reason"
+         failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, cancel_reason, \
+         receipt_group"
     };
 }
 
@@ -142,6 +144,7 @@ impl ReceiptRow {
             lease_token: token.clone(),
             lease_until_ms: to_u64(until, "lease_until_ms")?,
             observation: observation(self.observation.as_deref())?,
+            group: self.receipt_group.clone(),
         })
     }
 
@@ -164,6 +167,7 @@ impl ReceiptRow {
             code: code(c)?,
             detail_sha256: sha.clone(),
             dead_lettered_at_ms: to_u64(at, "dead_lettered_at_ms")?,
+            group: self.receipt_group.clone(),
         }))
     }
 
@@ -186,6 +190,7 @@ impl ReceiptRow {
         };
         Ok(ReceiptView {
             receipt_id: self.receipt_id.clone(),
+            group: self.receipt_group.clone(),
             finalized_at: to_u64(self.finalized_at, "finalized_at")?,
             state,
             attempts: to_u32(self.attempts, "attempts")?,

@@ -9,8 +9,8 @@ use super::{
     StoreResult,
 };
 use crate::domain::{
-    ConflictKind, FailureClass, RetryPolicy, SettlementAttemptClaim, SettlementFailureReason,
-    SettlementRoute, SettlementRouteError, SettlementRoutingInput,
+    ConflictKind, DEFAULT_GROUP, FailureClass, RetryPolicy, SettlementAttemptClaim,
+    SettlementFailureReason, SettlementRoute, SettlementRouteError, SettlementRoutingInput,
 };
 
 /// The six claim fields of the compare-and-swap, as database integers.
@@ -384,12 +384,26 @@ pub fn same_identity(existing: &ReceiptRow, new: &NewReceipt) -> StoreResult<Enq
     let stored = stored.filter(|v| !v.is_null());
     let offered = new.observation.as_ref().filter(|v| !v.is_null());
     let same = to_u64(existing.finalized_at, "finalized_at")? == new.finalized_at
-        && stored.as_ref() == offered;
+        && stored.as_ref() == offered
+        && existing.receipt_group == new.group.as_str();
     Ok(if same {
         Enqueued::Existing
     } else {
         Enqueued::Conflict
     })
+}
+
+/// The groups a batch of receipts names, other than the default group
+/// (which always exists), each once: the rows `receipt_groups` must have.
+pub fn named_groups<'a>(receipts: impl IntoIterator<Item = &'a NewReceipt>) -> Vec<&'a str> {
+    let mut names: Vec<&str> = receipts
+        .into_iter()
+        .map(|r| r.group.as_str())
+        .filter(|g| *g != DEFAULT_GROUP)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// The history entry of a lease release.

@@ -123,6 +123,8 @@ pub struct ReceiptFilter {
     /// Held by an operator (`true`) or not (`false`); only active receipts
     /// can be held.
     pub held: Option<bool>,
+    /// The receipt's group.
+    pub group: Option<String>,
 }
 
 impl ReceiptFilter {
@@ -162,12 +164,26 @@ impl ReceiptFilter {
             || row
                 .finished_at_ms
                 .is_some_and(|f| u64::try_from(f).is_ok_and(|f| self.finished_ms.contains(f)));
-        Ok(state_ok && code_ok && owner_ok && prefix_ok && finalized_ok && finished_ok && held_ok)
+        let group_ok = self.group.as_deref().is_none_or(|g| row.receipt_group == g);
+        Ok(state_ok
+            && code_ok
+            && owner_ok
+            && prefix_ok
+            && finalized_ok
+            && finished_ok
+            && held_ok
+            && group_ok)
     }
 
     /// The filter as canonical text: equal filters, equal text.
     #[must_use]
     pub fn canonical(&self) -> String {
+        // The group is appended only when set, so that cursors handed out
+        // before groups existed stay valid.
+        let group = self
+            .group
+            .as_deref()
+            .map_or_else(String::new, |g| format!(";group={}", hex::encode(g)));
         format!(
             "state={};code={};owner={};prefix={};finalized={};finished_ms={};held={}",
             self.state.map_or("", StateFilter::as_str),
@@ -177,7 +193,7 @@ impl ReceiptFilter {
             self.finalized.text(),
             self.finished_ms.text(),
             self.held.map_or("", |h| if h { "true" } else { "false" }),
-        )
+        ) + &group
     }
 
     /// The index ranges that can hold a match (none: nothing can match).
@@ -246,12 +262,14 @@ impl ReceiptFilter {
                 || self.owner.is_some()
                 || self.prefix.is_some()
                 || self.finished_ms.is_bounded()
-                || self.held.is_some();
+                || self.held.is_some()
+                || self.group.is_some();
         }
         self.state == Some(StateFilter::Scheduled)
             || self.prefix.is_some()
             || self.finished_ms.is_bounded()
             || self.held.is_some()
+            || self.group.is_some()
     }
 
     /// Rows a page of `limit` reads at most, from all its index ranges together.
@@ -307,6 +325,8 @@ pub struct SearchPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct FoundReceipt {
     pub receipt_id: String,
+    /// Its group (docs/groups.md).
+    pub group: String,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
     pub state: ReceiptState,
@@ -356,7 +376,7 @@ pub enum Source {
 pub const SEARCH_COLUMNS: &str = "receipt_id, finalized_at, NULL AS observation, status, \
      attempts, row_version, next_visible_at_ms, lease_owner, NULL AS lease_token, \
      lease_until_ms, failure_code, failure_sha256, NULL AS transcript_id, NULL AS skip_reason, \
-     finished_at_ms, held_at_ms, NULL AS cancel_reason";
+     finished_at_ms, held_at_ms, NULL AS cancel_reason, receipt_group";
 
 /// A value bound to a search statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -542,6 +562,7 @@ fn found(row: &ReceiptRow, now: i64) -> StoreResult<FoundReceipt> {
     let view = row.view(now, Vec::new())?;
     Ok(FoundReceipt {
         receipt_id: view.receipt_id,
+        group: view.group,
         finalized_at: view.finalized_at,
         state: view.state,
         attempts: view.attempts,

@@ -87,6 +87,8 @@ pub struct DeadLetter {
     pub detail_sha256: String,
     /// When it was dead-lettered (server ms).
     pub dead_lettered_at_ms: u64,
+    /// The receipt's group (docs/groups.md).
+    pub group: String,
 }
 
 /// One entry of a receipt's history: an outcome a worker reported, a lease
@@ -167,6 +169,8 @@ pub enum RouteKind {
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ReceiptView {
     pub receipt_id: String,
+    /// Its group (docs/groups.md): `default` unless the producer named one.
+    pub group: String,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
     pub state: ReceiptState,
@@ -325,6 +329,7 @@ mod tests {
             lease_token: "t".into(),
             lease_until_ms: 1,
             observation: None,
+            group: "default".into(),
         };
         use super::super::actions::OperatorAction;
         let operator = [
@@ -371,4 +376,22 @@ mod tests {
         .map(label);
         assert_eq!(routes.to_vec(), documented);
     }
+}
+
+/// A group as `GET /v1/groups` lists it (docs/groups.md).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct GroupView {
+    pub group: String,
+    /// Nothing in the group is claimed while paused.
+    pub paused: bool,
+    /// At most this many live leases in the group; null: no cap.
+    pub max_leased: Option<u64>,
+    /// Claims per second as a token bucket; null: no rate limit.
+    pub rate: Option<crate::domain::Rate>,
+    /// Active receipts not held by an operator (waiting, due or leased).
+    pub depth: u64,
+    /// Live leases.
+    pub leased: u64,
+    /// How long the oldest due, unleased receipt has waited (ms); 0 when none.
+    pub oldest_due_age_ms: u64,
 }

@@ -24,6 +24,7 @@ mod counts;
 
 mod actions;
 mod feed;
+mod groups;
 mod search;
 mod stats;
 

@@ -27,6 +27,7 @@ fn receipt(id: &str) -> NewReceipt {
         finalized_at: 1_700_000_000,
         observation: Some(serde_json::json!({"amount": 5})),
         visible_at_ms: None,
+        group: settled::domain::GroupName::default_group(),
     }
 }
 

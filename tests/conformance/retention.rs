@@ -19,6 +19,7 @@ fn receipt(id: &str) -> NewReceipt {
         finalized_at: 1,
         observation: None,
         visible_at_ms: None,
+        group: settled::domain::GroupName::default_group(),
     }
 }
 

@@ -42,6 +42,7 @@ pub fn receipt(id: &str) -> NewReceipt {
         finalized_at: FIN,
         observation: None,
         visible_at_ms: None,
+        group: settled::domain::GroupName::default_group(),
     }
 }
 
@@ -56,6 +57,7 @@ pub fn receipt_with(
         finalized_at,
         observation,
         visible_at_ms: visible,
+        group: settled::domain::GroupName::default_group(),
     }
 }
 

@@ -119,6 +119,19 @@ fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static [&'static s
         ),
         (Method::GET, "/v1/status", None, &["reader", "operator"]),
         (Method::GET, "/v1/stats", None, &["reader", "operator"]),
+        (Method::GET, "/v1/groups", None, &["reader", "operator"]),
+        (
+            Method::GET,
+            "/v1/groups/default",
+            None,
+            &["reader", "operator"],
+        ),
+        (
+            Method::PUT,
+            "/v1/groups/rail:ach",
+            Some(json!({"max_leased": 5})),
+            &["operator"],
+        ),
         (
             Method::GET,
             "/v1/receipts?state=pending",

@@ -93,13 +93,20 @@ impl SettlementOutcomeStore for BrokenStore {
     ) -> StoreResult<ReceiptClaim> {
         down()
     }
-    async fn claim_due(
+    async fn claim_from(
         &self,
         _: &WorkerId,
         _: u64,
         _: LeaseMs,
         _: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        _: &[GroupName],
+    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+        down()
+    }
+    async fn groups(&self, _: u64, _: usize, _: &str, _: bool) -> StoreResult<Vec<GroupView>> {
+        down()
+    }
+    async fn set_group(&self, _: &GroupName, _: &GroupLimits, _: u64) -> StoreResult<()> {
         down()
     }
     async fn record_claimed_outcomes(

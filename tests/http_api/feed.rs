@@ -356,6 +356,7 @@ async fn the_idle_timeout_does_not_cut_a_stream() {
                 finalized_at: 1,
                 observation: None,
                 visible_at_ms: None,
+                group: settled::domain::GroupName::default_group(),
             }],
             T0,
         )

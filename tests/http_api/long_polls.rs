@@ -48,15 +48,28 @@ impl SettlementOutcomeStore for Counting {
     ) -> StoreResult<ReceiptClaim> {
         self.inner.claim_receipt(id, w, now, lease).await
     }
-    async fn claim_due(
+    async fn claim_from(
         &self,
         w: &WorkerId,
         now: u64,
         lease: LeaseMs,
         limit: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        only: &[GroupName],
+    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
         self.claim_due.fetch_add(1, Ordering::Relaxed);
-        self.inner.claim_due(w, now, lease, limit).await
+        self.inner.claim_from(w, now, lease, limit, only).await
+    }
+    async fn groups(
+        &self,
+        now: u64,
+        limit: usize,
+        after: &str,
+        exact: bool,
+    ) -> StoreResult<Vec<GroupView>> {
+        self.inner.groups(now, limit, after, exact).await
+    }
+    async fn set_group(&self, g: &GroupName, l: &GroupLimits, now: u64) -> StoreResult<()> {
+        self.inner.set_group(g, l, now).await
     }
     async fn record_claimed_outcomes(
         &self,

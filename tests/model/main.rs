@@ -62,6 +62,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                         finalized_at: FIN[usize::from(fin)],
                         observation: observation(obs),
                         visible_at_ms: vis.map(|d| now.saturating_add_signed(d)),
+                        group: settled::domain::GroupName::default_group(),
                     })
                     .collect();
                 let got = store.enqueue(&receipts, now).await.unwrap();

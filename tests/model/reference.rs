@@ -113,6 +113,7 @@ impl Row {
             code: *code,
             detail_sha256: sha.clone(),
             dead_lettered_at_ms: *at,
+            group: "default".into(),
         })
     }
 
@@ -153,6 +154,7 @@ impl Row {
             dead_letter: self.dead_letter(id),
             observation: self.observation.clone(),
             history: self.history.clone(),
+            group: "default".into(),
         }
     }
 }
@@ -206,6 +208,7 @@ impl Model {
             lease_token: token.into(),
             lease_until_ms: now + lease,
             observation: row.observation.clone(),
+            group: "default".into(),
         }
     }
 

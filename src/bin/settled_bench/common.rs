@@ -33,9 +33,16 @@ pub fn run_id() -> String {
 #[derive(Debug, Clone)]
 pub struct Ids {
     pub prefix: String,
+    /// Spread the receipts over this many groups (0: none named).
+    pub groups: usize,
 }
 
 impl Ids {
+    /// The group of receipt `index`, when the run names groups.
+    pub fn group(&self, index: usize) -> Option<String> {
+        (self.groups > 0).then(|| format!("g{:04}", index % self.groups))
+    }
+
     pub fn id(&self, index: usize) -> String {
         format!("{}-{index}", self.prefix)
     }

@@ -187,6 +187,7 @@ impl Api {
                             finalized_at: Ids::finalized_at(i),
                             observation: Some(serde_json::json!({"amount_cents": i})),
                             visible_at_ms,
+                            group: ids.group(i),
                         })
                         .collect();
                     let body = serde_json::json!({ "receipts": receipts });

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use settled::domain::{ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, WorkerId};
+use settled::domain::{ClaimLimit, GroupName, LeaseMs, ReceiptId, RetryPolicy, WorkerId};
 use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::sqlite::SqliteStore;
 use settled::store::{Enqueued, NewReceipt, ReceiptState, SharedStore};
@@ -57,6 +57,10 @@ pub async fn enqueue(
                             finalized_at: Ids::finalized_at(i),
                             observation: Some(serde_json::json!({"amount_cents": i})),
                             visible_at_ms,
+                            group: ids.group(i).map_or_else(
+                                || Ok(GroupName::default_group()),
+                                |g| GroupName::parse(&g),
+                            )?,
                         })
                     })
                     .collect::<Res<Vec<_>>>()?;
@@ -106,6 +110,8 @@ pub struct Workload {
     pub lease_ms: u64,
     pub mix: super::common::Mix,
     pub deadline: Duration,
+    /// Receipts spread over this many groups (0: none named).
+    pub groups: usize,
 }
 
 /// Preload, enqueue and settle the workload on a fresh `store`.
@@ -115,6 +121,7 @@ pub async fn run(store: SharedStore, w: &Workload, policy: RetryPolicy) -> Res<I
     if w.preload > 0 {
         let ids = Ids {
             prefix: format!("pre-{run}"),
+            groups: 0,
         };
         let far = Some(super::common::far_future_ms());
         let (chunk, label) = (w.enqueue_batch.max(1), "in-process preload");
@@ -122,6 +129,7 @@ pub async fn run(store: SharedStore, w: &Workload, policy: RetryPolicy) -> Res<I
     }
     let ids = Ids {
         prefix: format!("ip-{run}"),
+        groups: w.groups,
     };
     let started = Instant::now();
     let (chunk, label) = (w.enqueue_batch.max(1), "in-process enqueue");

@@ -51,6 +51,7 @@ pub async fn run(
 ) -> Res<RawResult> {
     let ids = Ids {
         prefix: format!("raw-{}", super::common::run_id()),
+        groups: 0,
     };
     let sqlite = url.strip_prefix("sqlite:");
     // PostgreSQL: every step is one statement, committed on its own.
@@ -342,9 +343,11 @@ mod tests {
             lease_ms: 1000,
             mix: mix.parse().expect("mix"),
             deadline: std::time::Duration::from_secs(1),
+            groups: 0,
         };
         let ids = Ids {
             prefix: "raw-t".into(),
+            groups: 0,
         };
         Cycle::new(w, super::super::server::FAST_RETRY, ids, "round")
     }

@@ -1,6 +1,7 @@
 //! Claims: by id under a row lock, or a batch as one
 //! `FOR UPDATE SKIP LOCKED` statement that is all or nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -9,31 +10,176 @@ use sqlx::PgPool;
 use super::super::rows::to_i64;
 use super::{PostgresStore, Tx, begin, finish, row_for_update, storable};
 use crate::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, SettlementAttemptClaim, SettlementRouteError, WorkerId,
+    Candidate, ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, SettlementAttemptClaim,
+    SettlementRouteError, WorkerId,
 };
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, chosen, limits};
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
-/// Lease every due row, up to `$2`, in claim order, in one statement. Each
-/// claim position has its owner, token (made in Rust) and deadline (`$3`,
-/// `$4`, `$5`), so that the batch claims of several workers can share the
-/// statement. An out-of-range version is left as it is, for Rust to refuse
-/// before commit.
+/// Lease each group's first due rows, `$3[g]` of group `$2[g]`, skipping
+/// rows other transactions hold, numbered in round-robin order (each
+/// group's first, then each group's second, …; within a round oldest due
+/// first). Each claim position has its owner, token (made in Rust) and
+/// deadline (`$4`, `$5`, `$6`), so that the batch claims of several workers
+/// can share the statement. An out-of-range version is left as it is, for
+/// Rust to refuse before commit.
 const CLAIM_DUE: &str = concat!(
-    "WITH locked AS (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms FROM receipts \
-       WHERE status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
+    "WITH locked AS (SELECT r.*, q.n AS grp FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
+       AS q (name, quota, n) CROSS JOIN LATERAL (SELECT receipt_id, row_version, \
+       next_visible_at_ms, lease_until_ms FROM receipts WHERE receipt_group = q.name \
+       AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
        AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-       ORDER BY next_visible_at_ms, receipt_id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+       ORDER BY next_visible_at_ms, receipt_id LIMIT q.quota FOR UPDATE SKIP LOCKED) AS r), \
+     ranked AS (SELECT *, row_number() OVER (PARTITION BY grp \
+       ORDER BY next_visible_at_ms, receipt_id) AS round FROM locked), \
      picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, lease_until_ms AS prior_until, \
-       row_number() OVER (ORDER BY next_visible_at_ms, receipt_id) AS pick FROM locked) \
+       row_number() OVER (ORDER BY round, next_visible_at_ms, receipt_id) AS pick FROM ranked) \
      UPDATE receipts SET row_version = CASE WHEN prior_version BETWEEN 0 AND 9223372036854775806 \
        THEN prior_version + 1 ELSE prior_version END, \
        lease_owner = slot_owner, lease_token = slot_token, lease_until_ms = slot_until \
-     FROM picked JOIN unnest($3::text[], $4::text[], $5::int8[]) WITH ORDINALITY \
+     FROM picked JOIN unnest($4::text[], $5::text[], $6::int8[]) WITH ORDINALITY \
        AS slots (slot_owner, slot_token, slot_until, slot) ON slot = pick \
      WHERE receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
     pg_receipt_columns!()
 );
+
+/// Each group's first `$3[g]` due rows of group `$2[g]`, unlocked: what a
+/// fair claim reads to share itself out before it leases.
+const READ_DUE: &str = "SELECT q.n - 1 AS grp, r.receipt_id, r.next_visible_at_ms \
+     FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY AS q (name, depth, n) \
+     CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms FROM receipts \
+       WHERE receipt_group = q.name AND status = 'active' AND held_at_ms IS NULL \
+       AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+       ORDER BY next_visible_at_ms, receipt_id LIMIT q.depth) AS r";
+
+const GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
+     FROM receipt_groups ORDER BY name";
+
+/// The limited groups' rows again, locked in name order (no deadlock)
+/// until commit: the limits hold across every replica.
+const LOCK_GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
+     FROM receipt_groups WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE";
+
+/// Live leases of the named groups, from `receipts_leases`.
+const LIVE_LEASED: &str = "SELECT receipt_group, COUNT(*) FROM receipts \
+     WHERE lease_until_ms > $1 AND receipt_group = ANY($2::text[]) GROUP BY receipt_group";
+
+const SPEND: &str = "UPDATE receipt_groups SET tokens = b.tokens, tokens_at_ms = b.at \
+     FROM unnest($1::text[], $2::float8[], $3::int8[]) AS b (name, tokens, at) \
+     WHERE receipt_groups.name = b.name";
+
+/// A `receipt_groups` row.
+#[derive(sqlx::FromRow)]
+struct StoredGroup {
+    name: String,
+    paused: bool,
+    max_leased: Option<i64>,
+    rate_per_s: Option<f64>,
+    burst: Option<i64>,
+    tokens: Option<f64>,
+    tokens_at_ms: Option<i64>,
+}
+
+impl StoredGroup {
+    fn row(self) -> StoreResult<GroupRow> {
+        Ok(GroupRow {
+            limits: limits(self.paused, self.max_leased, self.rate_per_s, self.burst)?,
+            bucket: self.tokens.zip(self.tokens_at_ms),
+            name: self.name,
+        })
+    }
+}
+
+/// The groups a claim may take from, the limited ones locked, and their
+/// live leases.
+async fn groups_for_claim(
+    tx: &mut Tx,
+    only: &[GroupName],
+    now: i64,
+    wanted: u64,
+) -> StoreResult<FairClaim> {
+    let stored: Vec<StoredGroup> = sqlx::query_as(GROUPS).fetch_all(&mut **tx).await?;
+    let mut groups = chosen(
+        stored
+            .into_iter()
+            .map(StoredGroup::row)
+            .collect::<StoreResult<_>>()?,
+        only,
+    );
+    let limited: Vec<&str> = groups
+        .iter()
+        .filter(|g| !g.limits.paused && (g.limits.max_leased.is_some() || g.limits.rate.is_some()))
+        .map(|g| g.name.as_str())
+        .collect();
+    let mut live = HashMap::new();
+    if !limited.is_empty() {
+        let locked: Vec<StoredGroup> = sqlx::query_as(LOCK_GROUPS)
+            .bind(&limited)
+            .fetch_all(&mut **tx)
+            .await?;
+        let counts: Vec<(String, i64)> = sqlx::query_as(LIVE_LEASED)
+            .bind(now)
+            .bind(&limited)
+            .fetch_all(&mut **tx)
+            .await?;
+        live = counts
+            .into_iter()
+            .map(|(g, n)| (g, u64::try_from(n).unwrap_or(0)))
+            .collect();
+        // The locked rows are the limits as of now (an operator may have
+        // changed them since the first read).
+        let mut fresh: HashMap<String, GroupRow> = locked
+            .into_iter()
+            .map(|g| g.row().map(|r| (r.name.clone(), r)))
+            .collect::<StoreResult<_>>()?;
+        for g in &mut groups {
+            if let Some(row) = fresh.remove(&g.name) {
+                *g = row;
+            }
+        }
+    }
+    Ok(FairClaim::new(groups, &live, now, wanted))
+}
+
+/// Share a claim of `wanted` out over the groups: read their due rows in
+/// passes until the round robin is known; the quota of each group.
+async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<Vec<u64>> {
+    while let Some(reads) = fair.next_reads() {
+        if reads.len() == 1 && fair.groups.len() == 1 {
+            // One group: its quota is what it may give, no read needed (the
+            // lease skips what others hold, as a read could not).
+            return Ok(vec![reads[0].1]);
+        }
+        let names: Vec<&str> = reads
+            .iter()
+            .map(|&(g, _)| fair.groups[g].name.as_str())
+            .collect();
+        let depths: Vec<i64> = reads
+            .iter()
+            .map(|&(_, d)| i64::try_from(d).unwrap_or(i64::MAX))
+            .collect();
+        let rows: Vec<(i64, String, i64)> = sqlx::query_as(READ_DUE)
+            .bind(now)
+            .bind(&names)
+            .bind(&depths)
+            .fetch_all(&mut **tx)
+            .await?;
+        let mut found: Vec<Vec<Candidate>> = vec![Vec::new(); reads.len()];
+        for (i, receipt_id, next_visible_at_ms) in rows {
+            if let Some(f) = usize::try_from(i).ok().and_then(|i| found.get_mut(i)) {
+                f.push(Candidate {
+                    receipt_id,
+                    next_visible_at_ms,
+                });
+            }
+        }
+        for (&(g, depth), due) in reads.iter().zip(found) {
+            fair.read(g, depth, due);
+        }
+    }
+    Ok(fair.quotas())
+}
 
 /// Whether anything is due at `$1`.
 const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE status = 'active' \
@@ -47,6 +193,31 @@ const LEASE: &str = concat!(
      AND (lease_until_ms IS NULL OR lease_until_ms <= $7) RETURNING ",
     pg_receipt_columns!()
 );
+
+/// Whether group `name`'s limits let a claim by id take one receipt now
+/// (the group's row locked when it is limited); spends a token when they do
+/// and it has a rate. `Err(paused)` when not.
+async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
+    let group = GroupName::parse(name)
+        .map_err(|_| SettlementRouteError::invalid_record("stored group name is out of range"))?;
+    let fair = groups_for_claim(tx, std::slice::from_ref(&group), now, 1).await?;
+    if fair.groups.is_empty() {
+        return Ok(Ok(()));
+    }
+    if fair.held_back {
+        return Ok(Err(fair.groups[0].limits.paused));
+    }
+    let spent = fair.spent(&[1]);
+    for (name, tokens, at) in spent {
+        sqlx::query(SPEND)
+            .bind(vec![name])
+            .bind(vec![tokens])
+            .bind(vec![at])
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(Ok(()))
+}
 
 /// A row leased by [`CLAIM_DUE`], with its claim position and prior version.
 #[derive(sqlx::FromRow)]
@@ -86,6 +257,9 @@ async fn claim_one(
         "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
         "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
         "active" => {
+            if let Err(paused) = admit_one(tx, &row.receipt_group, now).await? {
+                return Ok(ReceiptClaim::GroupLimited { paused });
+            }
             let version = rules::next_row_version(row.row_version)?;
             let leased: Option<ReceiptRow> = sqlx::query_as(LEASE)
                 .bind(&row.receipt_id)
@@ -107,21 +281,36 @@ async fn claim_one(
     })
 }
 
-/// Lease due rows to `slots` (owner and deadline per claim position, in
-/// order); the claims in position order, fewer when fewer rows are due.
+/// A fair claim leased to `slots` (owner and deadline per claim position,
+/// in order): the claims in position order, fewer when fewer rows are due
+/// or limits hold them back.
 async fn lease_due(
     tx: &mut Tx,
     expired: &AtomicU64,
     slots: &[(&str, i64)],
     now: i64,
-) -> StoreResult<Vec<SettlementAttemptClaim>> {
+    only: &[GroupName],
+) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    let mut fair = groups_for_claim(tx, only, now, slots.len() as u64).await?;
+    let quotas = share_out(tx, &mut fair, now).await?;
+    let (names, quotas): (Vec<&str>, Vec<i64>) = fair
+        .groups
+        .iter()
+        .zip(&quotas)
+        .filter(|(_, q)| **q > 0)
+        .map(|(g, q)| (g.name.as_str(), i64::try_from(*q).unwrap_or(i64::MAX)))
+        .unzip();
+    if names.is_empty() {
+        return Ok(fair.answer(Vec::new()));
+    }
     let tokens = slots
         .iter()
         .map(|_| rules::new_lease_token())
         .collect::<StoreResult<Vec<_>>>()?;
     let mut rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_DUE)
         .bind(now)
-        .bind(i64::try_from(slots.len()).unwrap_or(i64::MAX))
+        .bind(&names)
+        .bind(&quotas)
         .bind(slots.iter().map(|(owner, _)| *owner).collect::<Vec<_>>())
         .bind(tokens)
         .bind(slots.iter().map(|(_, until)| *until).collect::<Vec<_>>())
@@ -130,7 +319,28 @@ async fn lease_due(
     rows.sort_by_key(|r| r.pick);
     let reclaimed = rows.iter().filter(|r| r.prior_until.is_some()).count();
     expired.fetch_add(reclaimed as u64, std::sync::atomic::Ordering::Relaxed);
-    rows.iter()
+    let taken: Vec<u64> = fair
+        .groups
+        .iter()
+        .map(|g| {
+            rows.iter()
+                .filter(|r| r.row.receipt_group == g.name)
+                .count() as u64
+        })
+        .collect();
+    let spent = fair.spent(&taken);
+    if !spent.is_empty() {
+        let (names, (tokens, ats)): (Vec<String>, (Vec<f64>, Vec<i64>)) =
+            spent.into_iter().map(|(n, t, at)| (n, (t, at))).unzip();
+        sqlx::query(SPEND)
+            .bind(names)
+            .bind(tokens)
+            .bind(ats)
+            .execute(&mut **tx)
+            .await?;
+    }
+    let claims = rows
+        .iter()
         .map(|r| {
             if rules::next_row_version(r.prior_version)? != r.row.row_version {
                 return Err(SettlementRouteError::invalid_record(
@@ -139,31 +349,29 @@ async fn lease_due(
             }
             r.row.claim()
         })
-        .collect()
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(fair.answer(claims))
 }
 
 async fn claim_batch(
     tx: &mut Tx,
     expired: &AtomicU64,
-    worker_id: &WorkerId,
-    now: i64,
-    until: i64,
-    limit: usize,
-) -> StoreResult<Vec<SettlementAttemptClaim>> {
-    if !storable(worker_id.as_str()) {
+    job: &ClaimJob,
+) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    if !storable(job.worker_id.as_str()) {
         // As on SQLite, an empty queue is answered whatever the worker id.
         let due: bool = sqlx::query_scalar(ANY_DUE)
-            .bind(now)
+            .bind(job.now)
             .fetch_one(&mut **tx)
             .await?;
         return if due {
-            storable_worker(worker_id).map(|_| Vec::new())
+            storable_worker(&job.worker_id).map(|_| DueClaims::default())
         } else {
-            Ok(Vec::new())
+            Ok(DueClaims::default())
         };
     }
-    let slots = vec![(worker_id.as_str(), until); limit];
-    lease_due(tx, expired, &slots, now).await
+    let slots = vec![(job.worker_id.as_str(), job.until); job.limit];
+    lease_due(tx, expired, &slots, job.now, &job.only).await
 }
 
 /// One worker's batch claim, as the claim queue carries it.
@@ -172,11 +380,12 @@ pub(super) struct ClaimJob {
     now: i64,
     until: i64,
     limit: usize,
+    only: Vec<GroupName>,
     expired: Arc<AtomicU64>,
 }
 
 impl super::batcher::Mergeable for ClaimJob {
-    type Answer = Vec<SettlementAttemptClaim>;
+    type Answer = DueClaims<SettlementAttemptClaim>;
 
     fn size(&self) -> usize {
         self.limit.max(1)
@@ -191,32 +400,31 @@ impl super::batcher::Mergeable for ClaimJob {
 }
 
 /// One claim in a transaction of its own: all or nothing.
-async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<Vec<SettlementAttemptClaim>> {
+async fn claim_alone(
+    pool: &PgPool,
+    job: &ClaimJob,
+) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
     let mut tx = begin(pool).await?;
-    let result = claim_batch(
-        &mut tx,
-        &job.expired,
-        &job.worker_id,
-        job.now,
-        job.until,
-        job.limit,
-    )
-    .await;
+    let result = claim_batch(&mut tx, &job.expired, job).await;
     finish(tx, result).await
 }
 
 /// Several workers' claims in one statement and transaction, served in
-/// arrival order: the first takes the first due rows up to its limit, the
-/// next the following ones. Due is judged at the earliest of their clocks
-/// (they arrived together), so a later one may get fewer rows than are due
-/// by its own clock, as a claim that meets locked rows may. A refusal (a
-/// stored row out of range) runs each claim alone, so that only the claims
-/// that meet the row fail.
+/// arrival order: the first takes the first rows of the round robin up to
+/// its limit, the next the following ones. Due is judged at the earliest
+/// of their clocks (they arrived together), so a later one may get fewer
+/// rows than are due by its own clock, as a claim that meets locked rows
+/// may. Only claims of the same groups are merged. A refusal (a stored row
+/// out of range) runs each claim alone, so that only the claims that meet
+/// the row fail.
 async fn claim_jobs(
     pool: &PgPool,
     jobs: &[ClaimJob],
-) -> (Vec<StoreResult<Vec<SettlementAttemptClaim>>>, bool) {
-    let alone = jobs.len() == 1 || jobs.iter().any(|j| !storable(j.worker_id.as_str()));
+) -> (Vec<StoreResult<DueClaims<SettlementAttemptClaim>>>, bool) {
+    let alone = jobs.len() == 1
+        || jobs
+            .iter()
+            .any(|j| !storable(j.worker_id.as_str()) || j.only != jobs[0].only);
     if !alone {
         match claim_merged(pool, jobs).await {
             Ok(Some(answers)) => return (answers.into_iter().map(Ok).collect(), false),
@@ -235,15 +443,15 @@ async fn claim_jobs(
 async fn claim_merged(
     pool: &PgPool,
     jobs: &[ClaimJob],
-) -> StoreResult<Option<Vec<Vec<SettlementAttemptClaim>>>> {
+) -> StoreResult<Option<Vec<DueClaims<SettlementAttemptClaim>>>> {
     let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
     let slots: Vec<(&str, i64)> = jobs
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
     let mut tx = begin(pool).await?;
-    let claims = match lease_due(&mut tx, &jobs[0].expired, &slots, now).await {
-        Ok(claims) => claims,
+    let due = match lease_due(&mut tx, &jobs[0].expired, &slots, now, &jobs[0].only).await {
+        Ok(due) => due,
         Err(e @ SettlementRouteError::Backend { .. }) => return finish(tx, Err(e)).await,
         Err(_) => {
             tx.rollback().await?;
@@ -251,10 +459,18 @@ async fn claim_merged(
         }
     };
     tx.commit().await?;
-    let mut claims = claims.into_iter();
+    let mut claims = due.claims.into_iter();
     Ok(Some(
         jobs.iter()
-            .map(|j| claims.by_ref().take(j.limit).collect())
+            .map(|j| {
+                let mine: Vec<_> = claims.by_ref().take(j.limit).collect();
+                let short = mine.len() < j.limit;
+                DueClaims {
+                    claims: mine,
+                    look_again_ms: due.look_again_ms.filter(|_| short),
+                    held_back: due.held_back && short,
+                }
+            })
             .collect(),
     ))
 }
@@ -280,7 +496,8 @@ impl PostgresStore {
         now_ms: u64,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        only: &[GroupName],
+    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         self.claims
@@ -289,8 +506,55 @@ impl PostgresStore {
                 now,
                 until,
                 limit: limit.get(),
+                only: only.to_vec(),
                 expired: self.expiries.clone(),
             })
             .await
+    }
+}
+
+/// Set a group's limits (creating the group), keeping its bucket when the
+/// rate is unchanged; announced, so that waiting claims of every replica
+/// look again.
+const SET_LIMITS: &str = "INSERT INTO receipt_groups AS g (name, paused, max_leased, rate_per_s, \
+     burst, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+     ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, \
+     max_leased = excluded.max_leased, rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
+     tokens = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s \
+       AND g.burst IS NOT DISTINCT FROM excluded.burst THEN g.tokens END, \
+     tokens_at_ms = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s \
+       AND g.burst IS NOT DISTINCT FROM excluded.burst THEN g.tokens_at_ms END, \
+     updated_at_ms = excluded.updated_at_ms";
+
+impl PostgresStore {
+    pub(super) async fn set_group_limits(
+        &self,
+        group: &GroupName,
+        limits: &GroupLimits,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let mut tx = self.begin().await?;
+        sqlx::query(SET_LIMITS)
+            .bind(group.as_str())
+            .bind(limits.paused)
+            .bind(
+                limits
+                    .max_leased
+                    .map(|m| i64::try_from(m).unwrap_or(i64::MAX)),
+            )
+            .bind(limits.rate.map(|r| r.per_second))
+            .bind(
+                limits
+                    .rate
+                    .map(|r| i64::try_from(r.burst).unwrap_or(i64::MAX)),
+            )
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        super::announce(&mut tx).await?;
+        tx.commit().await?;
+        self.notify.notify_waiters();
+        Ok(())
     }
 }

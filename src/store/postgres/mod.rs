@@ -10,7 +10,7 @@ macro_rules! pg_receipt_columns {
         "receipt_id, finalized_at, observation::text AS observation, status, attempts, \
          row_version, next_visible_at_ms, lease_owner, lease_token, lease_until_ms, \
          failure_code, failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, \
-         cancel_reason"
+         cancel_reason, receipt_group"
     };
 }
 
@@ -40,16 +40,19 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use super::rows::{HistoryRow, ReceiptRow};
+use super::group_list::{self, GroupListRow};
+use super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::{explain, rules};
 use crate::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
-    SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding, WorkerId,
+    ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim,
+    SettlementRoute, SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding,
+    WorkerId,
 };
 use crate::store::{
-    ActionResult, BackendKind, DeadLetter, DeadLetterCursor, Enqueued, FeedRead, FeedStart,
-    NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView, SearchPage,
-    SearchResults, SettlementOutcomeStore, SharedStore, StatsMinute, StatusView, StoreResult,
+    ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
+    FeedStart, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView,
+    SearchPage, SearchResults, SettlementOutcomeStore, SharedStore, StatsMinute, StatusView,
+    StoreResult,
 };
 
 /// Pool and timeout settings for PostgreSQL.
@@ -345,14 +348,50 @@ impl SettlementOutcomeStore for PostgresStore {
             .await
     }
 
-    async fn claim_due(
+    async fn claim_from(
         &self,
         worker_id: &WorkerId,
         now_ms: u64,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
-        self.bounded(self.claim_due_batch(worker_id, now_ms, lease_ms, limit))
+        only: &[GroupName],
+    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+        self.bounded(self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only))
+            .await
+    }
+
+    async fn groups(
+        &self,
+        now_ms: u64,
+        limit: usize,
+        after: &str,
+        exact: bool,
+    ) -> StoreResult<Vec<GroupView>> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let rows: Vec<GroupListRow> = self
+            .bounded(async {
+                Ok(sqlx::query_as(if exact {
+                    group_list::ONE_GROUP_PG
+                } else {
+                    group_list::LIST_GROUPS_PG
+                })
+                .bind(now)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(after)
+                .fetch_all(&self.pool)
+                .await?)
+            })
+            .await?;
+        rows.into_iter().map(|r| r.view(now)).collect()
+    }
+
+    async fn set_group(
+        &self,
+        group: &GroupName,
+        limits: &GroupLimits,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        self.bounded(self.set_group_limits(group, limits, now_ms))
             .await
     }
 

@@ -20,11 +20,15 @@ use crate::store::{Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, St
 /// row stands for the announcement), saving a round trip.
 const ENQUEUE: &str = "\
 WITH created AS (INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-  row_version, next_visible_at_ms, created_at_ms) \
-  SELECT id, fin, obs::json, 'active', 0, 0, visible, $5 \
-  FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[]) WITH ORDINALITY AS b (id, fin, obs, visible, n) \
+  row_version, next_visible_at_ms, created_at_ms, receipt_group) \
+  SELECT id, fin, obs::json, 'active', 0, 0, visible, $5, grp \
+  FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $7::text[]) WITH ORDINALITY \
+    AS b (id, fin, obs, visible, grp, n) \
   ORDER BY id COLLATE \"C\", n \
-  ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id), \
+  ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, receipt_group), \
+registered AS (INSERT INTO receipt_groups (name) \
+  SELECT DISTINCT receipt_group FROM created WHERE receipt_group <> 'default' \
+  ORDER BY receipt_group ON CONFLICT (name) DO NOTHING), \
 announced AS (SELECT pg_notify($6, '') FROM (SELECT 1 FROM created LIMIT 1) AS any_created) \
 SELECT receipt_id FROM created UNION ALL SELECT NULL FROM announced";
 
@@ -36,8 +40,10 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
     let mut finalized = Vec::with_capacity(receipts.len());
     let mut observations = Vec::with_capacity(receipts.len());
     let mut visible = Vec::with_capacity(receipts.len());
+    let mut groups = Vec::with_capacity(receipts.len());
     for receipt in receipts {
         ids.push(receipt.receipt_id.as_str());
+        groups.push(receipt.group.as_str());
         finalized.push(to_i64(receipt.finalized_at, "finalized_at")?);
         visible.push(
             receipt
@@ -59,6 +65,7 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
         .bind(visible)
         .bind(now)
         .bind(CHANNEL)
+        .bind(&groups)
         .fetch_all(&mut **tx)
         .await?;
     let mut created: HashSet<String> = created.into_iter().flatten().collect();

@@ -15,6 +15,7 @@ fn receipt(id: &str) -> NewReceipt {
         finalized_at: 1,
         observation: None,
         visible_at_ms: None,
+        group: crate::domain::GroupName::default_group(),
     }
 }
 

@@ -31,6 +31,7 @@ pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         finished_at_ms: r.get(14)?,
         held_at_ms: r.get(15)?,
         cancel_reason: r.get(16)?,
+        receipt_group: r.get(17)?,
     })
 }
 

@@ -71,19 +71,22 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
             finalized_at: 1,
             observation: None,
             visible_at_ms: None,
+            group: crate::domain::GroupName::default_group(),
         })
         .collect();
     store.enqueue(&receipts, NOW).await.expect("enqueue");
     let worker = WorkerId::parse("w").unwrap();
     let claims = store
-        .claim_due(
+        .claim_from(
             &worker,
             NOW,
             LeaseMs::try_from(30_000).unwrap(),
             ClaimLimit::try_from(8).unwrap(),
+            &[],
         )
         .await
-        .expect("claim");
+        .expect("claim")
+        .claims;
     assert_eq!(claims.len(), 8);
 
     let holder = hold_writer(&store).await;
@@ -158,6 +161,7 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
                 finalized_at: if i == 2 { u64::MAX } else { 1 },
                 observation: None,
                 visible_at_ms: None,
+                group: crate::domain::GroupName::default_group(),
             };
             store.enqueue(std::slice::from_ref(&receipt), NOW).await
         }));
@@ -190,6 +194,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         finalized_at: 1,
         observation: None,
         visible_at_ms: None,
+        group: crate::domain::GroupName::default_group(),
     };
     let created = store
         .enqueue(&[receipt], NOW)
@@ -221,6 +226,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
             finalized_at: 1,
             observation: None,
             visible_at_ms: None,
+            group: crate::domain::GroupName::default_group(),
         };
         queued.enqueue(std::slice::from_ref(&receipt), NOW).await
     });
@@ -238,6 +244,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
         finalized_at: 1,
         observation: None,
         visible_at_ms: None,
+        group: crate::domain::GroupName::default_group(),
     };
     assert_eq!(
         store

@@ -4,6 +4,7 @@
 
 mod feed;
 mod group;
+mod groups;
 mod lookup;
 mod read;
 mod search;
@@ -22,16 +23,18 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Notify;
 
+use super::group_list::{self, GroupListRow};
 use super::rows::to_i64;
 use super::{explain, rules};
 use crate::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
-    SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding, WorkerId,
+    ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim,
+    SettlementRoute, SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding,
+    WorkerId,
 };
 use crate::store::{
-    Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, Enqueued, FeedRead, FeedStart,
-    NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView, SearchPage,
-    SearchResults, SettlementOutcomeStore, StatsMinute, StatusView, StoreResult,
+    Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
+    FeedStart, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView,
+    SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView, StoreResult,
 };
 use group::Writer;
 use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
@@ -204,22 +207,60 @@ impl SettlementOutcomeStore for SqliteStore {
         Ok(found)
     }
 
-    async fn claim_due(
+    async fn claim_from(
         &self,
         worker_id: &WorkerId,
         now_ms: u64,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+        only: &[GroupName],
+    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
-        let worker = worker_id.clone();
+        let (worker, only) = (worker_id.clone(), only.to_vec());
         let (claims, expired) = self
             .writer
-            .solo(move |conn| write::claim_due(conn, &worker, now, until, limit))
+            .solo(move |conn| groups::claim_due(conn, &worker, now, until, limit, &only))
             .await?;
         self.expiries.fetch_add(expired, Ordering::Relaxed);
         Ok(claims)
+    }
+
+    async fn groups(
+        &self,
+        now_ms: u64,
+        limit: usize,
+        after: &str,
+        exact: bool,
+    ) -> StoreResult<Vec<GroupView>> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let rows: Vec<GroupListRow> = sqlx::query_as(if exact {
+            group_list::ONE_GROUP_SQLITE
+        } else {
+            group_list::LIST_GROUPS_SQLITE
+        })
+        .bind(now)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(after)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter().map(|r| r.view(now)).collect()
+    }
+
+    async fn set_group(
+        &self,
+        group: &GroupName,
+        limits: &GroupLimits,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let now = to_i64(now_ms, "now_ms")?;
+        let (group, limits) = (group.clone(), *limits);
+        self.writer
+            .solo(move |conn| groups::set_limits(conn, &group, &limits, now))
+            .await?;
+        // Resumed or raised: waiting claims look again.
+        self.notify.notify_waiters();
+        Ok(())
     }
 
     async fn record_claimed_outcomes(

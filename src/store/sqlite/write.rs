@@ -16,8 +16,8 @@ use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
 use crate::domain::{
-    ClaimLimit, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute,
-    SettlementRouteError, SettlementRoutingInput, WorkerId,
+    ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute, SettlementRouteError,
+    SettlementRoutingInput, WorkerId,
 };
 use crate::store::rows::receipt_columns;
 use crate::store::{
@@ -77,22 +77,39 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             observation,
             visible,
             now,
+            receipt.group.as_str(),
         ));
     }
     let rows = json(&rows)?;
+
     // `WHERE true` lets SQLite tell the upsert clause from a join; `ORDER BY
     // key` makes the first occurrence of a repeated id the one that creates it.
     let mut created: HashSet<String> = {
         let mut stmt = conn.prepare_cached(
             "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-             row_version, next_visible_at_ms, created_at_ms) \
+             row_version, next_visible_at_ms, created_at_ms, receipt_group) \
              SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
-             value ->> 4 FROM jsonb_each(?1) WHERE true ORDER BY key \
+             value ->> 4, value ->> 5 FROM jsonb_each(?1) WHERE true ORDER BY key \
              ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
         )?;
         stmt.query_map([&rows], |r| r.get(0))?
             .collect::<Result<_, _>>()?
     };
+    // The groups of the receipts just created (only those: a refused
+    // receipt changes nothing) get their row.
+    let named = rules::named_groups(
+        items
+            .iter()
+            .map(|i| &i.receipt)
+            .filter(|r| created.contains(r.receipt_id.as_str())),
+    );
+    if !named.is_empty() {
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO receipt_groups (name) SELECT value FROM json_each(?1) WHERE true \
+             ON CONFLICT (name) DO NOTHING",
+        )?;
+        stmt.execute([json(&named)?])?;
+    }
     let existing = rows_by_id(
         conn,
         items.iter().filter_map(|i| {
@@ -123,7 +140,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
 /// Lease one due row that was just read, checking that it is unchanged.
 /// No `RETURNING`: the claim is the row as read with what was set (SQLite
 /// collects `RETURNING` rows in a temporary table per statement).
-fn lease(
+pub(super) fn lease(
     conn: &Connection,
     mut row: ReceiptRow,
     worker_id: &WorkerId,
@@ -176,52 +193,15 @@ pub fn claim_receipt(
             (ReceiptClaim::NotYetVisible, false)
         }
         "active" => {
+            if let Err(paused) = super::groups::admit_one(conn, &row.receipt_group, now)? {
+                return Ok((ReceiptClaim::GroupLimited { paused }, false));
+            }
             let took_over = row.lease_until_ms.is_some();
             let claim = lease(conn, row, worker_id, now, until)?;
             (ReceiptClaim::Claimed(claim), took_over)
         }
         _ => (ReceiptClaim::NoActiveWork, false),
     })
-}
-
-/// The due rows to claim, in claim order. `INDEXED BY`: the planner would
-/// otherwise sort every active row. `CAST` on the limit: a bare bound `LIMIT`
-/// makes SQLite prepare the statement again at every call.
-const PICK_DUE: &str = concat!(
-    "SELECT ",
-    receipt_columns!(),
-    " FROM receipts INDEXED BY receipts_due WHERE status = 'active' AND held_at_ms IS NULL \
-     AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
-     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)"
-);
-
-/// Claim due rows in order, all or nothing; also counts expired leases taken
-/// over. The rows are picked on the claim index, then leased one prepared `UPDATE` each (own token from the OS CSPRNG):
-/// on the writer's in-thread connection a statement is a function call, and
-/// `UPDATE … FROM jsonb_each … RETURNING` cost more than the rows it leased
-/// (JSON in and out, and temporary tables for the join and the `RETURNING`).
-pub fn claim_due(
-    conn: &Connection,
-    worker_id: &WorkerId,
-    now: i64,
-    until: i64,
-    limit: ClaimLimit,
-) -> StoreResult<(Vec<SettlementAttemptClaim>, u64)> {
-    let picked: Vec<ReceiptRow> = {
-        let mut stmt = conn.prepare_cached(PICK_DUE)?;
-        stmt.query_map(
-            rusqlite::params![now, i64::try_from(limit.get()).unwrap_or(i64::MAX)],
-            receipt_row,
-        )?
-        .collect::<Result<_, _>>()?
-    };
-    let expired = picked.iter().filter(|r| r.lease_until_ms.is_some()).count() as u64;
-    let mut claims = Vec::with_capacity(picked.len());
-    for row in picked {
-        // A failure fails the job, rolling back every lease of the batch.
-        claims.push(lease(conn, row, worker_id, now, until)?);
-    }
-    Ok((claims, expired))
 }
 
 /// The claim's six fields and the check time, as `jsonb_each` columns 0..=7.
@@ -657,25 +637,6 @@ pub fn act(
 #[cfg(test)]
 mod tests {
     use super::super::super::rules::rounds;
-    use super::{PICK_DUE, claim_due};
-    use crate::domain::{ClaimLimit, WorkerId};
-
-    #[test]
-    fn the_claim_statement_is_prepared_once() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let conn = rusqlite::Connection::open(dir.path().join("plan.db")).expect("open");
-        // Every migration, as the server applies them.
-        for migration in sqlx::migrate!("migrations/sqlite").iter() {
-            conn.execute_batch(migration.sql.as_ref()).expect("schema");
-        }
-        let worker = WorkerId::parse("w").expect("worker");
-        for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
-            let limit = ClaimLimit::try_from(limit).expect("limit");
-            claim_due(&conn, &worker, now, now + 100, limit).expect("claim");
-        }
-        let stmt = conn.prepare_cached(PICK_DUE).expect("cached");
-        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
-    }
 
     #[test]
     fn repeated_ids_go_to_later_rounds_in_arrival_order() {

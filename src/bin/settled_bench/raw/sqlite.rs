@@ -25,8 +25,8 @@ const INSERT: &str = "INSERT INTO receipts (receipt_id, finalized_at, observatio
 
 /// The oldest due rows, in claim order, on the claim index.
 const PICK: &str = "SELECT receipt_id, attempts FROM receipts INDEXED BY receipts_due \
-     WHERE status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?1 \
-     AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
+     WHERE receipt_group = 'default' AND status = 'active' AND held_at_ms IS NULL \
+     AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
      ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
 
 const LEASE: &str = "UPDATE receipts SET row_version = row_version + 1, lease_owner = ?1, \

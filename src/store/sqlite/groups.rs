@@ -1,0 +1,244 @@
+//! Groups on SQLite (docs/groups.md): the fair claim's reads and writes on
+//! the writer's connection, and the operator's limits. One writer runs every
+//! claim, so the limits it reads cannot change under it.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::lookup::{json, receipt_row};
+use crate::domain::{
+    Candidate, ClaimLimit, GroupLimits, GroupName, SettlementAttemptClaim, SettlementRouteError,
+    WorkerId,
+};
+use crate::store::StoreResult;
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, chosen, limits};
+use crate::store::rows::{ReceiptRow, receipt_columns};
+
+const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
+
+fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
+    let name: String = r.get(0)?;
+    let paused: bool = r.get(1)?;
+    let max_leased: Option<i64> = r.get(2)?;
+    let rate: Option<f64> = r.get(3)?;
+    let burst: Option<i64> = r.get(4)?;
+    let tokens: Option<f64> = r.get(5)?;
+    let at: Option<i64> = r.get(6)?;
+    Ok(
+        limits(paused, max_leased, rate, burst).map(|limits| GroupRow {
+            name,
+            limits,
+            bucket: tokens.zip(at),
+        }),
+    )
+}
+
+/// Every group (or the named ones), by name.
+pub fn read_groups(conn: &Connection, only: &[GroupName]) -> StoreResult<Vec<GroupRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {GROUP_COLUMNS} FROM receipt_groups ORDER BY name"
+    ))?;
+    let rows = stmt
+        .query_map([], group_row)?
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(chosen(rows, only))
+}
+
+/// Live leases per group, for the groups with a `max_leased`: read from
+/// `receipts_leases`, so the cost is the live leases, not the receipts.
+pub fn live_leased(
+    conn: &Connection,
+    groups: &[GroupRow],
+    now: i64,
+) -> StoreResult<HashMap<String, u64>> {
+    let capped: Vec<&str> = groups
+        .iter()
+        .filter(|g| g.limits.max_leased.is_some() && !g.limits.paused)
+        .map(|g| g.name.as_str())
+        .collect();
+    if capped.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT receipt_group, COUNT(*) FROM receipts INDEXED BY receipts_leases \
+         WHERE lease_until_ms > ?1 AND receipt_group IN (SELECT value FROM json_each(?2)) \
+         GROUP BY receipt_group",
+    )?;
+    let counts = stmt
+        .query_map(rusqlite::params![now, json(&capped)?], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(counts
+        .into_iter()
+        .map(|(g, n)| (g, u64::try_from(n).unwrap_or(0)))
+        .collect())
+}
+
+/// A group's first `depth` due rows, in claim order. `CAST` on the limit: a
+/// bare bound `LIMIT` makes SQLite prepare the statement again every call.
+const PICK_DUE: &str = concat!(
+    "SELECT ",
+    receipt_columns!(),
+    " FROM receipts INDEXED BY receipts_due WHERE receipt_group = ?1 AND status = 'active' \
+     AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
+     AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
+     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER)"
+);
+
+fn due_rows(conn: &Connection, group: &str, now: i64, depth: u64) -> StoreResult<Vec<ReceiptRow>> {
+    let mut stmt = conn.prepare_cached(PICK_DUE)?;
+    let rows = stmt
+        .query_map(
+            rusqlite::params![group, now, i64::try_from(depth).unwrap_or(i64::MAX)],
+            receipt_row,
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Store the buckets a claim spent from.
+pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE receipt_groups SET tokens = ?2, tokens_at_ms = ?3 WHERE name = ?1",
+    )?;
+    for (name, tokens, at) in spent {
+        stmt.execute(rusqlite::params![name, tokens, at])?;
+    }
+    Ok(())
+}
+
+/// A fair claim over `only` (empty: every group), all or nothing; also
+/// counts the expired leases it took over.
+pub fn claim_due(
+    conn: &Connection,
+    worker_id: &WorkerId,
+    now: i64,
+    until: i64,
+    limit: ClaimLimit,
+    only: &[GroupName],
+) -> StoreResult<(DueClaims<SettlementAttemptClaim>, u64)> {
+    let groups = read_groups(conn, only)?;
+    let live = live_leased(conn, &groups, now)?;
+    let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
+    let mut rows: HashMap<String, ReceiptRow> = HashMap::new();
+    while let Some(reads) = fair.next_reads() {
+        for (g, depth) in reads {
+            let due = due_rows(conn, &fair.groups[g].name, now, depth)?;
+            let cands = due
+                .iter()
+                .map(|r| Candidate {
+                    receipt_id: r.receipt_id.clone(),
+                    next_visible_at_ms: r.next_visible_at_ms.unwrap_or_default(),
+                })
+                .collect();
+            rows.extend(due.into_iter().map(|r| (r.receipt_id.clone(), r)));
+            fair.read(g, depth, cands);
+        }
+    }
+    let picks = fair.picks();
+    let mut taken = vec![0; fair.groups.len()];
+    let mut expired = 0;
+    let mut claims = Vec::with_capacity(picks.len());
+    for (g, pick) in picks {
+        let row = rows
+            .remove(&pick.receipt_id)
+            .ok_or_else(|| SettlementRouteError::backend("a picked row was not read"))?;
+        expired += u64::from(row.lease_until_ms.is_some());
+        taken[g] += 1;
+        // A failure fails the job, rolling back every lease of the batch.
+        claims.push(super::write::lease(conn, row, worker_id, now, until)?);
+    }
+    spend(conn, &fair.spent(&taken))?;
+    Ok((fair.answer(claims), expired))
+}
+
+/// Whether group `name`'s limits let a claim by id take one receipt now;
+/// spends a token when they do and it has a rate. `Err(paused)` when not.
+pub fn admit_one(conn: &Connection, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
+    let group = GroupName::parse(name)
+        .map_err(|_| SettlementRouteError::invalid_record("stored group name is out of range"))?;
+    let groups = read_groups(conn, std::slice::from_ref(&group))?;
+    let Some(row) = groups.first() else {
+        return Ok(Ok(()));
+    };
+    if !row.limits.limited() {
+        return Ok(Ok(()));
+    }
+    let live = live_leased(conn, &groups, now)?;
+    let fair = FairClaim::new(groups, &live, now, 1);
+    if fair.held_back {
+        return Ok(Err(fair.groups[0].limits.paused));
+    }
+    spend(conn, &fair.spent(&[1]))?;
+    Ok(Ok(()))
+}
+
+/// Set a group's limits (creating the group), keeping its bucket when the
+/// rate is unchanged.
+pub fn set_limits(
+    conn: &Connection,
+    name: &GroupName,
+    limits: &GroupLimits,
+    now: i64,
+) -> StoreResult<()> {
+    let old: Option<StoreResult<GroupRow>> = conn
+        .prepare_cached(&format!(
+            "SELECT {GROUP_COLUMNS} FROM receipt_groups WHERE name = ?1"
+        ))?
+        .query_row([name.as_str()], group_row)
+        .optional()?;
+    let old = old.transpose()?;
+    let bucket = old
+        .filter(|o| o.limits.rate == limits.rate)
+        .and_then(|o| o.bucket);
+    conn.prepare_cached(
+        "INSERT INTO receipt_groups (name, paused, max_leased, rate_per_s, burst, tokens, \
+         tokens_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, \
+         max_leased = excluded.max_leased, rate_per_s = excluded.rate_per_s, \
+         burst = excluded.burst, tokens = excluded.tokens, tokens_at_ms = excluded.tokens_at_ms, \
+         updated_at_ms = excluded.updated_at_ms",
+    )?
+    .execute(rusqlite::params![
+        name.as_str(),
+        limits.paused,
+        limits
+            .max_leased
+            .map(|m| i64::try_from(m).unwrap_or(i64::MAX)),
+        limits.rate.map(|r| r.per_second),
+        limits
+            .rate
+            .map(|r| i64::try_from(r.burst).unwrap_or(i64::MAX)),
+        bucket.map(|b| b.0),
+        bucket.map(|b| b.1),
+        now
+    ])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PICK_DUE, claim_due};
+    use crate::domain::{ClaimLimit, WorkerId};
+
+    #[test]
+    fn the_claim_statement_is_prepared_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let conn = rusqlite::Connection::open(dir.path().join("plan.db")).expect("open");
+        // Every migration, as the server applies them.
+        for migration in sqlx::migrate!("migrations/sqlite").iter() {
+            conn.execute_batch(migration.sql.as_ref()).expect("schema");
+        }
+        let worker = WorkerId::parse("w").expect("worker");
+        for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
+            let limit = ClaimLimit::try_from(limit).expect("limit");
+            claim_due(&conn, &worker, now, now + 100, limit, &[]).expect("claim");
+        }
+        let stmt = conn.prepare_cached(PICK_DUE).expect("cached");
+        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+    }
+}

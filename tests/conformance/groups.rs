@@ -1,0 +1,318 @@
+//! Groups (docs/groups.md): identity, fair claiming, and the limits an
+//! operator sets — paused, max_leased, rate — on every backend, with
+//! explicit clocks.
+
+use settled::domain::{GroupLimits, GroupName, Rate, RetryPolicy};
+use settled::store::postgres::{PostgresOptions, PostgresStore};
+use settled::store::{Enqueued, NewReceipt, ReceiptClaim, SharedStore};
+
+use super::support::*;
+use crate::common::Fresh;
+
+fn group(name: &str) -> GroupName {
+    GroupName::parse(name).expect("valid group")
+}
+
+/// A receipt of `group`, due at `visible`.
+fn in_group(id: &str, name: &str, visible: u64) -> NewReceipt {
+    NewReceipt {
+        group: group(name),
+        ..receipt_with(id, FIN, None, Some(visible))
+    }
+}
+
+async fn set(fresh: &Fresh, name: &str, limits: GroupLimits, now: u64) {
+    store(fresh)
+        .set_group(&group(name), &limits, now)
+        .await
+        .expect("set limits");
+}
+
+async fn claim_n(fresh: &Fresh, n: usize, now: u64, only: &[GroupName]) -> Vec<String> {
+    let due = store(fresh)
+        .claim_from(&worker("w"), now, lease(600_000), limit(n), only)
+        .await
+        .expect("claim");
+    due.claims.into_iter().map(|c| c.group).collect()
+}
+
+fn count(groups: &[String], name: &str) -> usize {
+    groups.iter().filter(|g| *g == name).count()
+}
+
+async fn the_group_is_part_of_the_identity_and_shown(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(
+        &fresh,
+        &[in_group("r", "rail:ach", T0), receipt("plain")],
+        T0,
+    )
+    .await;
+    let again = s
+        .enqueue(&[in_group("r", "rail:ach", T0)], T0)
+        .await
+        .unwrap();
+    assert_eq!(again, vec![Enqueued::Existing]);
+    let moved = s
+        .enqueue(&[in_group("r", "rail:sepa", T0)], T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        moved,
+        vec![Enqueued::Conflict],
+        "another group is another receipt"
+    );
+    let defaulted = s.enqueue(&[receipt("r")], T0).await.unwrap();
+    assert_eq!(defaulted, vec![Enqueued::Conflict]);
+    assert_eq!(view(&fresh, "r", T0).await.group, "rail:ach");
+    assert_eq!(view(&fresh, "plain", T0).await.group, "default");
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    assert_eq!(c.group, "rail:ach");
+    let dead = record(
+        &fresh,
+        &c,
+        &permanent(settled::domain::SettlementFailureCode::InvalidInput, "x"),
+        RetryPolicy::default(),
+        T0,
+    )
+    .await;
+    assert!(dead.is_ok());
+    let letter = s
+        .dead_letter(&rid("r"))
+        .await
+        .unwrap()
+        .expect("dead letter");
+    assert_eq!(letter.group, "rail:ach");
+    let listed = s.groups(T0, 10, "", false).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|g| g.group.as_str()).collect();
+    assert_eq!(names, ["default", "rail:ach"]);
+}
+
+async fn a_small_group_gets_its_share_from_the_first_claim(fresh: Fresh) {
+    // The big group's receipts are all due before the small group's.
+    let big: Vec<NewReceipt> = (0..1000)
+        .map(|i| in_group(&format!("big-{i:04}"), "merchant:big", T0 - 10_000 + i))
+        .collect();
+    let small: Vec<NewReceipt> = (0..10)
+        .map(|i| in_group(&format!("small-{i}"), "merchant:small", T0 - 100 + i))
+        .collect();
+    enqueue_new(&fresh, &big, T0).await;
+    enqueue_new(&fresh, &small, T0).await;
+    for round in 0..2 {
+        let got = claim_n(&fresh, 10, T0, &[]).await;
+        assert_eq!(
+            (count(&got, "merchant:big"), count(&got, "merchant:small")),
+            (5, 5),
+            "claim {round}: {got:?}"
+        );
+    }
+    let got = claim_n(&fresh, 10, T0, &[]).await;
+    assert_eq!(count(&got, "merchant:big"), 10, "the small group is empty");
+    // Within a group, the oldest due first.
+    let c = store(&fresh)
+        .claim_due(&worker("w"), T0, lease(1000), limit(1))
+        .await
+        .unwrap();
+    assert_eq!(c[0].receipt_id, "big-0020");
+}
+
+async fn a_claim_may_name_its_groups(fresh: Fresh) {
+    let receipts = [
+        in_group("a", "rail:ach", T0 - 3),
+        in_group("s", "rail:sepa", T0 - 2),
+        receipt("d"),
+    ];
+    enqueue_new(&fresh, &receipts, T0).await;
+    let got = claim_n(&fresh, 10, T0, &[group("rail:sepa"), group("nobody")]).await;
+    assert_eq!(got, ["rail:sepa"]);
+    let got = claim_n(&fresh, 10, T0, &[group("default")]).await;
+    assert_eq!(got, ["default"]);
+    let got = claim_n(&fresh, 10, T0, &[]).await;
+    assert_eq!(got, ["rail:ach"]);
+}
+
+async fn a_paused_group_keeps_its_times_and_resumes_without_redrive(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(
+        &fresh,
+        &[
+            in_group("p1", "rail:ach", T0 - 5),
+            in_group("p2", "rail:ach", T0 - 4),
+            receipt("d"),
+        ],
+        T0,
+    )
+    .await;
+    let paused = GroupLimits {
+        paused: true,
+        ..GroupLimits::default()
+    };
+    set(&fresh, "rail:ach", paused, T0).await;
+    let due = s
+        .claim_from(&worker("w"), T0, lease(1000), limit(10), &[])
+        .await
+        .unwrap();
+    assert_eq!(due.claims.len(), 1, "only the default group's receipt");
+    assert!(due.held_back);
+    assert_eq!(
+        try_claim(&fresh, "p1", "w", T0, 1000).await.unwrap(),
+        ReceiptClaim::GroupLimited { paused: true }
+    );
+    let before = view(&fresh, "p1", T0).await;
+    assert_eq!(before.next_visible_at_ms, Some(T0 - 5));
+    let listed = s.groups(T0 + 100, 1, "rail:ach", true).await.unwrap();
+    assert!(listed[0].paused);
+    assert_eq!((listed[0].depth, listed[0].leased), (2, 0));
+    assert_eq!(listed[0].oldest_due_age_ms, 105);
+    set(&fresh, "rail:ach", GroupLimits::default(), T0 + 1).await;
+    let got = claim_n(&fresh, 10, T0 + 1, &[]).await;
+    assert_eq!(got, ["rail:ach", "rail:ach"]);
+    let after = view(&fresh, "p1", T0 + 1).await;
+    assert_eq!(
+        (after.attempts, after.next_visible_at_ms),
+        (0, Some(T0 - 5))
+    );
+}
+
+async fn max_leased_caps_live_leases_and_frees_as_they_end(fresh: Fresh) {
+    let receipts: Vec<NewReceipt> = (0..20)
+        .map(|i| in_group(&format!("m-{i:02}"), "rail:card", T0 - 100 + i))
+        .collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let capped = GroupLimits {
+        max_leased: Some(3),
+        ..GroupLimits::default()
+    };
+    set(&fresh, "rail:card", capped, T0).await;
+    let s = store(&fresh);
+    let first = s
+        .claim_from(&worker("w"), T0, lease(1_000), limit(10), &[])
+        .await
+        .unwrap();
+    assert_eq!(first.claims.len(), 3);
+    assert!(first.held_back);
+    assert_eq!(claim_n(&fresh, 10, T0, &[]).await.len(), 0);
+    assert_eq!(
+        try_claim(&fresh, "m-10", "w", T0, 1000).await.unwrap(),
+        ReceiptClaim::GroupLimited { paused: false }
+    );
+    // An outcome frees a place; an expired lease frees its own.
+    let done = record(
+        &fresh,
+        &first.claims[0],
+        &accepted("tx"),
+        RetryPolicy::default(),
+        T0,
+    )
+    .await;
+    assert!(done.is_ok());
+    assert_eq!(claim_n(&fresh, 10, T0, &[]).await.len(), 1);
+    assert_eq!(claim_n(&fresh, 10, T0 + 1_000, &[]).await.len(), 2);
+}
+
+/// Stores on one database: three replicas on PostgreSQL, the one store on
+/// SQLite (it has one writer by design).
+async fn replicas(fresh: &Fresh) -> Vec<SharedStore> {
+    let mut stores = vec![fresh.store.clone()];
+    if fresh.url.starts_with("postgres") {
+        for _ in 0..2 {
+            let s = PostgresStore::open(&fresh.url, &PostgresOptions::default())
+                .await
+                .expect("replica");
+            stores.push(s);
+        }
+    }
+    stores
+}
+
+/// 16 workers over the replicas claim until nothing more is granted. No
+/// lease ends in a phase, so the live count only grows: a final count at
+/// the cap proves it was never above it. Then five finish and they race
+/// again.
+async fn max_leased_holds_under_racing_workers_and_replicas(fresh: Fresh) {
+    let receipts: Vec<NewReceipt> = (0..400)
+        .map(|i| in_group(&format!("x-{i:03}"), "rail:wire", T0 - 1_000 + i))
+        .collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let capped = GroupLimits {
+        max_leased: Some(7),
+        ..GroupLimits::default()
+    };
+    set(&fresh, "rail:wire", capped, T0).await;
+    let stores = replicas(&fresh).await;
+    let mut held = Vec::new();
+    for phase in 0..2 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..16 {
+            let s = stores[w % stores.len()].clone();
+            tasks.spawn(async move {
+                let mut mine = Vec::new();
+                for _ in 0..6 {
+                    let due = s
+                        .claim_from(&worker(&format!("w{w}")), T0, lease(600_000), limit(3), &[])
+                        .await
+                        .expect("claim");
+                    mine.extend(due.claims);
+                    tokio::task::yield_now().await;
+                }
+                mine
+            });
+        }
+        while let Some(mine) = tasks.join_next().await {
+            held.extend(mine.unwrap());
+        }
+        let live = store(&fresh)
+            .groups(T0, 1, "rail:wire", true)
+            .await
+            .unwrap()[0]
+            .leased;
+        assert_eq!(live, 7, "phase {phase}: the cap is reached, never passed");
+        assert_eq!(held.len(), 7, "phase {phase}: claims granted");
+        for c in held.drain(..5) {
+            let r = record(&fresh, &c, &accepted("tx"), RetryPolicy::default(), T0).await;
+            assert!(r.is_ok());
+        }
+    }
+}
+
+/// A rate of 50/s with a burst of 10, claimed every 20 ms for 10 s: the
+/// burst plus 50 a second, within 10 %.
+async fn a_rate_limit_holds_within_ten_percent_over_ten_seconds(fresh: Fresh) {
+    let receipts: Vec<NewReceipt> = (0..1_000)
+        .map(|i| in_group(&format!("t-{i:04}"), "rail:rtp", T0 - 2_000 + i))
+        .collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let rated = GroupLimits {
+        rate: Some(Rate::new(50.0, 10).unwrap()),
+        ..GroupLimits::default()
+    };
+    set(&fresh, "rail:rtp", rated, T0).await;
+    let s = store(&fresh);
+    let mut claimed = 0;
+    let mut hints = 0;
+    for step in 0..=500 {
+        let now = T0 + step * 20;
+        let due = s
+            .claim_from(&worker("w"), now, lease(600_000), limit(5), &[])
+            .await
+            .unwrap();
+        claimed += due.claims.len();
+        if due.look_again_ms.is_some() {
+            hints += 1;
+        }
+    }
+    let expected = 10.0 + 50.0 * 10.0;
+    let off = (claimed as f64 - expected).abs() / expected;
+    assert!(off <= 0.10, "claimed {claimed}, expected about {expected}");
+    assert!(hints > 0, "a held-back claim says when to look again");
+}
+
+crate::on_every_backend!(
+    the_group_is_part_of_the_identity_and_shown,
+    a_small_group_gets_its_share_from_the_first_claim,
+    a_claim_may_name_its_groups,
+    a_paused_group_keeps_its_times_and_resumes_without_redrive,
+    max_leased_caps_live_leases_and_frees_as_they_end,
+    max_leased_holds_under_racing_workers_and_replicas,
+    a_rate_limit_holds_within_ten_percent_over_ten_seconds,
+);
