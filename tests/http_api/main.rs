@@ -11,6 +11,7 @@ mod claims;
 mod dead_letters;
 mod errors;
 mod feed;
+mod groups;
 mod long_polls;
 mod metrics;
 mod operations;
