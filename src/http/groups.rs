@@ -12,7 +12,7 @@ use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::wire;
 use crate::domain::{GroupLimits, GroupName, Rate};
-use crate::store::GroupView;
+use crate::store::{GroupQuery, GroupView};
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 100;
@@ -76,7 +76,13 @@ async fn list(
             .as_str()
             .to_owned(),
     };
-    let groups = app.store.groups(app.now(), limit, &after, false).await?;
+    let query = GroupQuery {
+        limit,
+        after,
+        exact: false,
+        depth: true,
+    };
+    let groups = app.store.groups(app.now(), &query).await?;
     let next = (groups.len() == limit)
         .then(|| groups.last().map(|g| g.group.clone()))
         .flatten();
@@ -102,7 +108,15 @@ async fn get_one(
 /// One group's view at `now`.
 async fn one(app: &AppState, group: &GroupName, now: u64) -> Result<Json<GroupView>, ApiError> {
     app.store
-        .groups(now, 1, group.as_str(), true)
+        .groups(
+            now,
+            &GroupQuery {
+                limit: 1,
+                after: group.as_str().to_owned(),
+                exact: true,
+                depth: true,
+            },
+        )
         .await?
         .pop()
         .map(Json)

@@ -43,6 +43,11 @@ struct ActionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -64,6 +69,9 @@ pub struct Metrics {
     dead_letters: Gauge,
     history_streams: Gauge,
     history_events: Counter,
+    group_leased: Family<GroupLabels, Gauge>,
+    group_oldest_due: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+    group_paused: Family<GroupLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -147,8 +155,31 @@ impl Default for Metrics {
             "History entries sent on feed streams",
             history_events.clone(),
         );
+        // Per group: the first GLANCE_GROUPS by name (a bound on the labels).
+        let group_leased = Family::<GroupLabels, Gauge>::default();
+        registry.register(
+            "group_leased",
+            "Live leases per group (the first 100 groups by name)",
+            group_leased.clone(),
+        );
+        let group_oldest_due = Family::<GroupLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "group_oldest_due_age",
+            "Age of the oldest claimable receipt per group (the first 100 groups by name)",
+            Unit::Seconds,
+            group_oldest_due.clone(),
+        );
+        let group_paused = Family::<GroupLabels, Gauge>::default();
+        registry.register(
+            "group_paused",
+            "1 while an operator has paused the group (the first 100 groups by name)",
+            group_paused.clone(),
+        );
         Self {
             registry,
+            group_leased,
+            group_oldest_due,
+            group_paused,
             requests,
             latency,
             claims,
@@ -247,6 +278,24 @@ impl Metrics {
             .set(status.oldest_due_age_ms as f64 / 1000.0);
         self.dead_letters
             .set(i64::try_from(status.counts.dead_lettered).unwrap_or(i64::MAX));
+        // Only the groups of this snapshot keep a series.
+        self.group_leased.clear();
+        self.group_oldest_due.clear();
+        self.group_paused.clear();
+        for g in &status.groups {
+            let labels = GroupLabels {
+                group: g.group.clone(),
+            };
+            self.group_leased
+                .get_or_create(&labels)
+                .set(i64::try_from(g.leased).unwrap_or(i64::MAX));
+            self.group_oldest_due
+                .get_or_create(&labels)
+                .set(g.oldest_due_age_ms as f64 / 1000.0);
+            self.group_paused
+                .get_or_create(&labels)
+                .set(i64::from(g.paused));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -256,7 +305,7 @@ impl Metrics {
 
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let status = app.store.status(app.now(), 1).await?;
+    let status = app.store.status_at_a_glance(app.now(), 1).await?;
     let body = app
         .metrics
         .render(&status, app.store.lease_expiries_observed());

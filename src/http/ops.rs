@@ -54,7 +54,7 @@ async fn status(
             "limit must be 1..=4096",
         ));
     }
-    Ok(Json(app.store.status(app.now(), limit).await?))
+    Ok(Json(app.store.status_at_a_glance(app.now(), limit).await?))
 }
 
 /// Bounds a client must respect.

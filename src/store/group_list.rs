@@ -11,11 +11,11 @@ use super::views::GroupView;
 /// The statement with its parameters: now (ms), page size, list names after
 /// this one. A macro, so that each backend gets its own placeholders.
 macro_rules! list_groups {
-    ($now:literal, $limit:literal, $cmp:literal, $after:literal) => {
+    ($now:literal, $limit:literal, $cmp:literal, $after:literal, $depth:expr) => {
         concat!(
-            "SELECT g.name, g.paused, g.max_leased, g.rate_per_s, g.burst, \
-             (SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
-                AND held_at_ms IS NULL) AS depth, \
+            "SELECT g.name, g.paused, g.max_leased, g.rate_per_s, g.burst, ",
+            $depth,
+            " AS depth, \
              (SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
                 AND held_at_ms IS NULL AND lease_until_ms > ",
             $now,
@@ -35,14 +35,75 @@ macro_rules! list_groups {
     };
 }
 
-/// PostgreSQL's text: a page.
-pub const LIST_GROUPS_PG: &str = list_groups!("$1", "$2", ">", "$3");
-/// SQLite's text: a page.
-pub const LIST_GROUPS_SQLITE: &str = list_groups!("?1", "?2", ">", "?3");
-/// PostgreSQL's text: one group.
-pub const ONE_GROUP_PG: &str = list_groups!("$1", "$2", "=", "$3");
-/// SQLite's text: one group.
-pub const ONE_GROUP_SQLITE: &str = list_groups!("?1", "?2", "=", "?3");
+/// Each group's depth: one index entry per active receipt of the group.
+macro_rules! depth {
+    () => {
+        "(SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
+         AND held_at_ms IS NULL)"
+    };
+}
+
+/// The statements of each backend, by [`GroupQuery`] shape: (page, one) ×
+/// (with depth, without).
+pub const PG: [[&str; 2]; 2] = [
+    [
+        list_groups!("$1", "$2", ">", "$3", depth!()),
+        list_groups!("$1", "$2", ">", "$3", "NULL"),
+    ],
+    [
+        list_groups!("$1", "$2", "=", "$3", depth!()),
+        list_groups!("$1", "$2", "=", "$3", "NULL"),
+    ],
+];
+/// SQLite's.
+pub const SQLITE: [[&str; 2]; 2] = [
+    [
+        list_groups!("?1", "?2", ">", "?3", depth!()),
+        list_groups!("?1", "?2", ">", "?3", "NULL"),
+    ],
+    [
+        list_groups!("?1", "?2", "=", "?3", depth!()),
+        list_groups!("?1", "?2", "=", "?3", "NULL"),
+    ],
+];
+
+/// Which groups to list, and whether with their depth.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupQuery {
+    /// Most groups listed.
+    pub limit: usize,
+    /// List the groups named after this one (`""`: from the start) or,
+    /// with `exact`, only the group of this name.
+    pub after: String,
+    pub exact: bool,
+    /// Count each group's depth (costs one index entry per active receipt).
+    pub depth: bool,
+}
+
+/// Groups shown in `/v1/status` and `/metrics`: the first this many by name
+/// (a bound on the metrics' label count).
+pub const GLANCE_GROUPS: usize = 100;
+
+impl GroupQuery {
+    /// The groups of `/v1/status` and `/metrics`: the first
+    /// [`GLANCE_GROUPS`], without their depth (status stays cheap however
+    /// many receipts are stored).
+    #[must_use]
+    pub fn at_a_glance() -> Self {
+        Self {
+            limit: GLANCE_GROUPS,
+            after: String::new(),
+            exact: false,
+            depth: false,
+        }
+    }
+
+    /// The statement of `texts` (one of [`PG`], [`SQLITE`]) for this query.
+    #[must_use]
+    pub fn text(&self, texts: &[[&'static str; 2]; 2]) -> &'static str {
+        texts[usize::from(self.exact)][usize::from(!self.depth)]
+    }
+}
 
 /// One row of the list.
 #[derive(Debug, FromRow)]
@@ -52,7 +113,7 @@ pub struct GroupListRow {
     pub max_leased: Option<i64>,
     pub rate_per_s: Option<f64>,
     pub burst: Option<i64>,
-    pub depth: i64,
+    pub depth: Option<i64>,
     pub leased: i64,
     pub oldest_due: Option<i64>,
 }
@@ -67,7 +128,7 @@ impl GroupListRow {
             paused: limits.paused,
             max_leased: limits.max_leased,
             rate: limits.rate,
-            depth: to_u64(self.depth, "group depth")?,
+            depth: self.depth.map(|d| to_u64(d, "group depth")).transpose()?,
             leased: to_u64(self.leased, "group leased")?,
             oldest_due_age_ms: self
                 .oldest_due

@@ -24,6 +24,7 @@ pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
 pub use connect::open_store;
 pub use fair::DueClaims;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
+pub use group_list::{GLANCE_GROUPS, GroupQuery};
 pub use search::{ReceiptFilter, SearchOrder, SearchPage, SearchResults};
 pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute_of};
 pub use views::*;
@@ -144,15 +145,9 @@ pub trait SettlementOutcomeStore: Send + Sync {
         only: &[GroupName],
     ) -> StoreResult<DueClaims<SettlementAttemptClaim>>;
 
-    /// Up to `limit` groups named after `after`, by name, with their limits
-    /// and figures at `now_ms`; with `exact`, only the group named `after`.
-    async fn groups(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        after: &str,
-        exact: bool,
-    ) -> StoreResult<Vec<GroupView>>;
+    /// The groups `query` asks for, by name, with their limits and figures
+    /// at `now_ms`.
+    async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>>;
 
     /// Set a group's limits, creating the group if it is new. Takes effect
     /// at the next claim of every replica.
@@ -216,7 +211,8 @@ pub trait SettlementOutcomeStore: Send + Sync {
         dry_run: bool,
     ) -> StoreResult<Vec<ActionResult>>;
 
-    /// Counts per state, the oldest due age, and up to `limit` receipts per state.
+    /// Counts per state, the oldest due age, and up to `limit` receipts per
+    /// state (the groups are added by [`Self::status_at_a_glance`]).
     async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView>;
 
     /// Delete up to `limit` settled or skipped receipts (and their history)
@@ -310,6 +306,13 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
             return Ok(None);
         }
         self.receipt(receipt_id, now_ms).await
+    }
+
+    /// [`SettlementOutcomeStore::status`] with the first groups' figures.
+    pub async fn status_at_a_glance(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
+        let mut status = self.status(now_ms, limit).await?;
+        status.groups = self.groups(now_ms, &GroupQuery::at_a_glance()).await?;
+        Ok(status)
     }
 
     /// Enqueue one receipt.

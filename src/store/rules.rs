@@ -508,5 +508,6 @@ pub fn build_status(
         counts,
         oldest_due_age_ms,
         samples: out,
+        groups: Vec::new(),
     })
 }

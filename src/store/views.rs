@@ -278,13 +278,16 @@ impl StateCounts {
 }
 
 /// The queue at a glance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct StatusView {
     pub counts: StateCounts,
     /// How long the oldest claimable receipt has been due, in ms; 0 when none is.
     pub oldest_due_age_ms: u64,
     /// Up to `limit` receipts of each state.
     pub samples: BTreeMap<ReceiptState, StateSample>,
+    /// The first 100 groups by name, with their live leases, oldest due
+    /// age and limits (depth at `GET /v1/groups`).
+    pub groups: Vec<GroupView>,
 }
 
 #[cfg(test)]
@@ -389,7 +392,9 @@ pub struct GroupView {
     /// Claims per second as a token bucket; null: no rate limit.
     pub rate: Option<crate::domain::Rate>,
     /// Active receipts not held by an operator (waiting, due or leased).
-    pub depth: u64,
+    /// Left out of `/v1/status` (it costs one index entry per active receipt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u64>,
     /// Live leases.
     pub leased: u64,
     /// How long the oldest due, unleased receipt has waited (ms); 0 when none.

@@ -4,7 +4,7 @@
 
 use settled::domain::{GroupLimits, GroupName, Rate, RetryPolicy};
 use settled::store::postgres::{PostgresOptions, PostgresStore};
-use settled::store::{Enqueued, NewReceipt, ReceiptClaim, SharedStore};
+use settled::store::{Enqueued, GroupQuery, NewReceipt, ReceiptClaim, SharedStore};
 
 use super::support::*;
 use crate::common::Fresh;
@@ -18,6 +18,16 @@ fn in_group(id: &str, name: &str, visible: u64) -> NewReceipt {
     NewReceipt {
         group: group(name),
         ..receipt_with(id, FIN, None, Some(visible))
+    }
+}
+
+/// One group's figures, depth included.
+fn one(name: &str) -> GroupQuery {
+    GroupQuery {
+        limit: 1,
+        after: name.to_owned(),
+        exact: true,
+        depth: true,
     }
 }
 
@@ -83,7 +93,13 @@ async fn the_group_is_part_of_the_identity_and_shown(fresh: Fresh) {
         .unwrap()
         .expect("dead letter");
     assert_eq!(letter.group, "rail:ach");
-    let listed = s.groups(T0, 10, "", false).await.unwrap();
+    let all = GroupQuery {
+        limit: 10,
+        after: String::new(),
+        exact: false,
+        depth: true,
+    };
+    let listed = s.groups(T0, &all).await.unwrap();
     let names: Vec<&str> = listed.iter().map(|g| g.group.as_str()).collect();
     assert_eq!(names, ["default", "rail:ach"]);
 }
@@ -160,9 +176,9 @@ async fn a_paused_group_keeps_its_times_and_resumes_without_redrive(fresh: Fresh
     );
     let before = view(&fresh, "p1", T0).await;
     assert_eq!(before.next_visible_at_ms, Some(T0 - 5));
-    let listed = s.groups(T0 + 100, 1, "rail:ach", true).await.unwrap();
+    let listed = s.groups(T0 + 100, &one("rail:ach")).await.unwrap();
     assert!(listed[0].paused);
-    assert_eq!((listed[0].depth, listed[0].leased), (2, 0));
+    assert_eq!((listed[0].depth, listed[0].leased), (Some(2), 0));
     assert_eq!(listed[0].oldest_due_age_ms, 105);
     set(&fresh, "rail:ach", GroupLimits::default(), T0 + 1).await;
     let got = claim_n(&fresh, 10, T0 + 1, &[]).await;
@@ -261,11 +277,7 @@ async fn max_leased_holds_under_racing_workers_and_replicas(fresh: Fresh) {
         while let Some(mine) = tasks.join_next().await {
             held.extend(mine.unwrap());
         }
-        let live = store(&fresh)
-            .groups(T0, 1, "rail:wire", true)
-            .await
-            .unwrap()[0]
-            .leased;
+        let live = store(&fresh).groups(T0, &one("rail:wire")).await.unwrap()[0].leased;
         assert_eq!(live, 7, "phase {phase}: the cap is reached, never passed");
         assert_eq!(held.len(), 7, "phase {phase}: claims granted");
         for c in held.drain(..5) {

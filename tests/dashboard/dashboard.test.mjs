@@ -272,6 +272,18 @@ async function main() {
     const shown = await countsMatch(page, "after sign-in");
     ok(`counts match the API: ${JSON.stringify(shown)}`);
 
+    check("overview: groups, paused and resumed from the page");
+    const groupRow = page.locator('#groups [data-group="default"]');
+    await groupRow.waitFor({ state: "visible" });
+    await groupRow.locator("[data-pause]").click();
+    const paused = await until(() => api("GET", "/v1/groups/default"), (g) => g.paused === true);
+    assert.equal(paused.paused, true, "Pause paused the group");
+    await page.locator('#groups [data-group="default"] [data-pause]', { hasText: "Resume" }).waitFor();
+    await page.locator('#groups [data-group="default"] [data-pause]').click();
+    const resumed = await until(() => api("GET", "/v1/groups/default"), (g) => g.paused === false);
+    assert.equal(resumed.paused, false, "Resume resumed the group");
+    ok("the default group is listed; Pause and Resume took effect");
+
     check("overview: last hour charts match GET /v1/stats");
     const stats = await api("GET", "/v1/stats");
     const sums = {};

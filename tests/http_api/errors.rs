@@ -103,7 +103,7 @@ impl SettlementOutcomeStore for BrokenStore {
     ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
         down()
     }
-    async fn groups(&self, _: u64, _: usize, _: &str, _: bool) -> StoreResult<Vec<GroupView>> {
+    async fn groups(&self, _: u64, _: &GroupQuery) -> StoreResult<Vec<GroupView>> {
         down()
     }
     async fn set_group(&self, _: &GroupName, _: &GroupLimits, _: u64) -> StoreResult<()> {

@@ -174,6 +174,30 @@ async fn operators_set_limits_that_claims_honour(fresh: Fresh) {
         (json!(2), json!(5))
     );
     assert_eq!(group["oldest_due_age_ms"], 8, "a-2 has waited since T0 - 8");
+    // At a glance: /v1/status and /metrics show each group's leases and wait.
+    let status = s.get("/v1/status").await.ok(200).clone();
+    let ach = status["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == "rail:ach")
+        .expect("rail:ach in /v1/status")
+        .clone();
+    assert_eq!(
+        (ach["leased"].clone(), ach["oldest_due_age_ms"].clone()),
+        (json!(2), json!(8))
+    );
+    assert!(
+        ach.get("depth").is_none(),
+        "depth only at /v1/groups: {ach}"
+    );
+    let metrics = s.get_text("/metrics").await;
+    assert!(
+        metrics.contains("settled_group_leased{group=\"rail:ach\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("settled_group_oldest_due_age_seconds{group=\"rail:ach\"} 0.008"));
+    assert!(metrics.contains("settled_group_paused{group=\"rail:ach\"} 0"));
 
     // A rate: the burst at once, then one per token, and when to look again.
     put("rail:ach", json!({"rate": {"per_second": 10, "burst": 1}}))

@@ -59,14 +59,8 @@ impl SettlementOutcomeStore for Counting {
         self.claim_due.fetch_add(1, Ordering::Relaxed);
         self.inner.claim_from(w, now, lease, limit, only).await
     }
-    async fn groups(
-        &self,
-        now: u64,
-        limit: usize,
-        after: &str,
-        exact: bool,
-    ) -> StoreResult<Vec<GroupView>> {
-        self.inner.groups(now, limit, after, exact).await
+    async fn groups(&self, now: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
+        self.inner.groups(now, query).await
     }
     async fn set_group(&self, g: &GroupName, l: &GroupLimits, now: u64) -> StoreResult<()> {
         self.inner.set_group(g, l, now).await

@@ -50,9 +50,9 @@ use crate::domain::{
 };
 use crate::store::{
     ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
-    FeedStart, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView,
-    SearchPage, SearchResults, SettlementOutcomeStore, SharedStore, StatsMinute, StatusView,
-    StoreResult,
+    FeedStart, GroupQuery, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter,
+    ReceiptView, SearchPage, SearchResults, SettlementOutcomeStore, SharedStore, StatsMinute,
+    StatusView, StoreResult,
 };
 
 /// Pool and timeout settings for PostgreSQL.
@@ -360,26 +360,16 @@ impl SettlementOutcomeStore for PostgresStore {
             .await
     }
 
-    async fn groups(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        after: &str,
-        exact: bool,
-    ) -> StoreResult<Vec<GroupView>> {
+    async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
         let now = to_i64(now_ms, "now_ms")?;
         let rows: Vec<GroupListRow> = self
             .bounded(async {
-                Ok(sqlx::query_as(if exact {
-                    group_list::ONE_GROUP_PG
-                } else {
-                    group_list::LIST_GROUPS_PG
-                })
-                .bind(now)
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .bind(after)
-                .fetch_all(&self.pool)
-                .await?)
+                Ok(sqlx::query_as(query.text(&group_list::PG))
+                    .bind(now)
+                    .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+                    .bind(&query.after)
+                    .fetch_all(&self.pool)
+                    .await?)
             })
             .await?;
         rows.into_iter().map(|r| r.view(now)).collect()

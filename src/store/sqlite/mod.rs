@@ -33,8 +33,9 @@ use crate::domain::{
 };
 use crate::store::{
     Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
-    FeedStart, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter, ReceiptView,
-    SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView, StoreResult,
+    FeedStart, GroupQuery, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter,
+    ReceiptView, SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView,
+    StoreResult,
 };
 use group::Writer;
 use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
@@ -226,24 +227,14 @@ impl SettlementOutcomeStore for SqliteStore {
         Ok(claims)
     }
 
-    async fn groups(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        after: &str,
-        exact: bool,
-    ) -> StoreResult<Vec<GroupView>> {
+    async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
         let now = to_i64(now_ms, "now_ms")?;
-        let rows: Vec<GroupListRow> = sqlx::query_as(if exact {
-            group_list::ONE_GROUP_SQLITE
-        } else {
-            group_list::LIST_GROUPS_SQLITE
-        })
-        .bind(now)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .bind(after)
-        .fetch_all(&self.reader)
-        .await?;
+        let rows: Vec<GroupListRow> = sqlx::query_as(query.text(&group_list::SQLITE))
+            .bind(now)
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .bind(&query.after)
+            .fetch_all(&self.reader)
+            .await?;
         rows.into_iter().map(|r| r.view(now)).collect()
     }
 
