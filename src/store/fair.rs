@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::StoreResult;
 use crate::domain::{
-    Candidate, GroupLimits, GroupName, Rate, SettlementRouteError, allowance, next_depths,
-    round_robin,
+    Candidate, GroupLimits, Rate, SettlementRouteError, allowance, next_depths, round_robin,
 };
 
 /// A `receipt_groups` row as a claim reads it.
@@ -69,16 +68,6 @@ impl<C> Default for DueClaims<C> {
             held_back: false,
         }
     }
-}
-
-/// Which groups a claim may take from: the named ones, or all.
-pub fn chosen(rows: Vec<GroupRow>, only: &[GroupName]) -> Vec<GroupRow> {
-    if only.is_empty() {
-        return rows;
-    }
-    rows.into_iter()
-        .filter(|r| only.iter().any(|g| g.as_str() == r.name))
-        .collect()
 }
 
 /// A claim of `wanted` receipts over `groups` in progress.

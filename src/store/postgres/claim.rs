@@ -13,7 +13,7 @@ use crate::domain::{
     Candidate, ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, SettlementAttemptClaim,
     SettlementRouteError, WorkerId,
 };
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, chosen, limits};
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, limits};
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
@@ -53,8 +53,9 @@ const READ_DUE: &str = "SELECT q.n - 1 AS grp, r.receipt_id, r.next_visible_at_m
        AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
        ORDER BY next_visible_at_ms, receipt_id LIMIT q.depth) AS r";
 
+/// The groups a claim may take from: `$1` (all when empty), by name.
 const GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
-     FROM receipt_groups ORDER BY name";
+     FROM receipt_groups WHERE cardinality($1::text[]) = 0 OR name = ANY($1::text[]) ORDER BY name";
 
 /// The limited groups' rows again, locked in name order (no deadlock)
 /// until commit: the limits hold across every replica.
@@ -99,14 +100,15 @@ async fn groups_for_claim(
     now: i64,
     wanted: u64,
 ) -> StoreResult<FairClaim> {
-    let stored: Vec<StoredGroup> = sqlx::query_as(GROUPS).fetch_all(&mut **tx).await?;
-    let mut groups = chosen(
-        stored
-            .into_iter()
-            .map(StoredGroup::row)
-            .collect::<StoreResult<_>>()?,
-        only,
-    );
+    let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
+    let stored: Vec<StoredGroup> = sqlx::query_as(GROUPS)
+        .bind(&names)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut groups = stored
+        .into_iter()
+        .map(StoredGroup::row)
+        .collect::<StoreResult<Vec<_>>>()?;
     let limited: Vec<&str> = groups
         .iter()
         .filter(|g| !g.limits.paused && (g.limits.max_leased.is_some() || g.limits.rate.is_some()))

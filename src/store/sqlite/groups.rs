@@ -6,14 +6,14 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::lookup::{json, receipt_row};
+use super::lookup::{json, rows_by_id};
 use crate::domain::{
     Candidate, ClaimLimit, GroupLimits, GroupName, SettlementAttemptClaim, SettlementRouteError,
     WorkerId,
 };
 use crate::store::StoreResult;
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, chosen, limits};
-use crate::store::rows::{ReceiptRow, receipt_columns};
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, limits};
+use crate::store::rows::ReceiptRow;
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
 
@@ -36,15 +36,17 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
 
 /// Every group (or the named ones), by name.
 pub fn read_groups(conn: &Connection, only: &[GroupName]) -> StoreResult<Vec<GroupRow>> {
+    let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {GROUP_COLUMNS} FROM receipt_groups ORDER BY name"
+        "SELECT {GROUP_COLUMNS} FROM receipt_groups WHERE json_array_length(?1) = 0 \
+         OR name IN (SELECT value FROM json_each(?1)) ORDER BY name"
     ))?;
     let rows = stmt
-        .query_map([], group_row)?
+        .query_map([json(&names)?], group_row)?
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(chosen(rows, only))
+    Ok(rows)
 }
 
 /// Live leases per group, for the groups with a `max_leased`: read from
@@ -78,26 +80,65 @@ pub fn live_leased(
         .collect())
 }
 
-/// A group's first `depth` due rows, in claim order. `CAST` on the limit: a
-/// bare bound `LIMIT` makes SQLite prepare the statement again every call.
-const PICK_DUE: &str = concat!(
-    "SELECT ",
-    receipt_columns!(),
-    " FROM receipts INDEXED BY receipts_due WHERE receipt_group = ?1 AND status = 'active' \
-     AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
-     AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
-     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER)"
-);
+/// The first `?3` due receipts of each group named in `?1` (a JSON array;
+/// `key` is the position in it): only the keys, in one statement, so that
+/// a claim over many groups costs one call, not one per group (the rows it
+/// takes are read whole afterwards). `CAST` on the limit: a bare bound
+/// `LIMIT` makes SQLite prepare the statement again every call.
+const PICK_DUE: &str = "SELECT q.key, r.receipt_id, r.next_visible_at_ms \
+     FROM json_each(?1) AS q, receipts AS r WHERE r.receipt_id IN \
+     (SELECT receipt_id FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
+       AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
+       AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
+       ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))";
 
-fn due_rows(conn: &Connection, group: &str, now: i64, depth: u64) -> StoreResult<Vec<ReceiptRow>> {
-    let mut stmt = conn.prepare_cached(PICK_DUE)?;
-    let rows = stmt
-        .query_map(
-            rusqlite::params![group, now, i64::try_from(depth).unwrap_or(i64::MAX)],
-            receipt_row,
-        )?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
+/// Read each group of `reads` (`(g, depth)`) to its depth: one statement
+/// at the deepest depth, each group cut to its own.
+fn read_due(
+    conn: &Connection,
+    fair: &mut FairClaim,
+    reads: &[(usize, u64)],
+    now: i64,
+) -> StoreResult<()> {
+    let names: Vec<&str> = reads
+        .iter()
+        .map(|&(g, _)| fair.groups[g].name.as_str())
+        .collect();
+    let deepest = reads.iter().map(|&(_, d)| d).max().unwrap_or(0);
+    let mut found: Vec<Vec<Candidate>> = vec![Vec::new(); reads.len()];
+    {
+        let mut stmt = conn.prepare_cached(PICK_DUE)?;
+        let rows = stmt.query_map(
+            rusqlite::params![
+                json(&names)?,
+                now,
+                i64::try_from(deepest).unwrap_or(i64::MAX)
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    Candidate {
+                        receipt_id: r.get(1)?,
+                        next_visible_at_ms: r.get(2)?,
+                    },
+                ))
+            },
+        )?;
+        for row in rows {
+            let (i, candidate) = row?;
+            if let Some(f) = usize::try_from(i).ok().and_then(|i| found.get_mut(i)) {
+                f.push(candidate);
+            }
+        }
+    }
+    for (&(g, depth), mut due) in reads.iter().zip(found) {
+        due.sort_by(|a, b| {
+            (a.next_visible_at_ms, &a.receipt_id).cmp(&(b.next_visible_at_ms, &b.receipt_id))
+        });
+        due.truncate(usize::try_from(depth).unwrap_or(usize::MAX));
+        fair.read(g, depth, due);
+    }
+    Ok(())
 }
 
 /// Store the buckets a claim spent from.
@@ -124,22 +165,13 @@ pub fn claim_due(
     let groups = read_groups(conn, only)?;
     let live = live_leased(conn, &groups, now)?;
     let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
-    let mut rows: HashMap<String, ReceiptRow> = HashMap::new();
     while let Some(reads) = fair.next_reads() {
-        for (g, depth) in reads {
-            let due = due_rows(conn, &fair.groups[g].name, now, depth)?;
-            let cands = due
-                .iter()
-                .map(|r| Candidate {
-                    receipt_id: r.receipt_id.clone(),
-                    next_visible_at_ms: r.next_visible_at_ms.unwrap_or_default(),
-                })
-                .collect();
-            rows.extend(due.into_iter().map(|r| (r.receipt_id.clone(), r)));
-            fair.read(g, depth, cands);
-        }
+        read_due(conn, &mut fair, &reads, now)?;
     }
     let picks = fair.picks();
+    // The one writer read these keys just now: the rows are as they were.
+    let mut rows: HashMap<String, ReceiptRow> =
+        rows_by_id(conn, picks.iter().map(|(_, c)| c.receipt_id.as_str()))?;
     let mut taken = vec![0; fair.groups.len()];
     let mut expired = 0;
     let mut claims = Vec::with_capacity(picks.len());
