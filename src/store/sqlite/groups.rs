@@ -6,14 +6,14 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::lookup::{json, rows_by_id};
+use super::lookup::{json, receipt_row, rows_by_id};
 use crate::domain::{
     Candidate, ClaimLimit, GroupLimits, GroupName, SettlementAttemptClaim, SettlementRouteError,
     WorkerId,
 };
 use crate::store::StoreResult;
 use crate::store::fair::{DueClaims, FairClaim, GroupRow, limits};
-use crate::store::rows::ReceiptRow;
+use crate::store::rows::{ReceiptRow, receipt_columns};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
 
@@ -92,6 +92,32 @@ const PICK_DUE: &str = "SELECT q.key, r.receipt_id, r.next_visible_at_ms \
        AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
        ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))";
 
+/// One group's first `?2` due rows, whole, in claim order.
+const PICK_ONE_GROUP: &str = concat!(
+    "SELECT ",
+    receipt_columns!(),
+    " FROM receipts INDEXED BY receipts_due WHERE receipt_group = ?1 AND status = 'active' \
+     AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
+     AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
+     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER)"
+);
+
+fn group_rows(
+    conn: &Connection,
+    group: &str,
+    now: i64,
+    depth: u64,
+) -> StoreResult<Vec<ReceiptRow>> {
+    let mut stmt = conn.prepare_cached(PICK_ONE_GROUP)?;
+    let rows = stmt
+        .query_map(
+            rusqlite::params![group, now, i64::try_from(depth).unwrap_or(i64::MAX)],
+            receipt_row,
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
 /// Read each group of `reads` (`(g, depth)`) to its depth: one statement
 /// at the deepest depth, each group cut to its own.
 fn read_due(
@@ -165,13 +191,36 @@ pub fn claim_due(
     let groups = read_groups(conn, only)?;
     let live = live_leased(conn, &groups, now)?;
     let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
-    while let Some(reads) = fair.next_reads() {
-        read_due(conn, &mut fair, &reads, now)?;
+    let mut rows: HashMap<String, ReceiptRow> = HashMap::new();
+    match fair.next_reads() {
+        // One group (the default group alone, say): its rows in one read,
+        // whole, as they will be leased.
+        Some(reads) if fair.groups.len() == 1 => {
+            let (g, depth) = reads[0];
+            let due = group_rows(conn, &fair.groups[g].name, now, depth)?;
+            let keys = due
+                .iter()
+                .map(|r| Candidate {
+                    receipt_id: r.receipt_id.clone(),
+                    next_visible_at_ms: r.next_visible_at_ms.unwrap_or_default(),
+                })
+                .collect();
+            rows.extend(due.into_iter().map(|r| (r.receipt_id.clone(), r)));
+            fair.read(g, depth, keys);
+        }
+        Some(reads) => {
+            read_due(conn, &mut fair, &reads, now)?;
+            while let Some(reads) = fair.next_reads() {
+                read_due(conn, &mut fair, &reads, now)?;
+            }
+        }
+        None => {}
     }
     let picks = fair.picks();
-    // The one writer read these keys just now: the rows are as they were.
-    let mut rows: HashMap<String, ReceiptRow> =
-        rows_by_id(conn, picks.iter().map(|(_, c)| c.receipt_id.as_str()))?;
+    if rows.is_empty() {
+        // The one writer read these keys just now: the rows are as they were.
+        rows = rows_by_id(conn, picks.iter().map(|(_, c)| c.receipt_id.as_str()))?;
+    }
     let mut taken = vec![0; fair.groups.len()];
     let mut expired = 0;
     let mut claims = Vec::with_capacity(picks.len());
@@ -254,7 +303,7 @@ pub fn set_limits(
 
 #[cfg(test)]
 mod tests {
-    use super::{PICK_DUE, claim_due};
+    use super::{PICK_DUE, PICK_ONE_GROUP, claim_due};
     use crate::domain::{ClaimLimit, WorkerId};
 
     #[test]
@@ -266,11 +315,20 @@ mod tests {
             conn.execute_batch(migration.sql.as_ref()).expect("schema");
         }
         let worker = WorkerId::parse("w").expect("worker");
-        for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
-            let limit = ClaimLimit::try_from(limit).expect("limit");
-            claim_due(&conn, &worker, now, now + 100, limit, &[]).expect("claim");
+        // The default group alone, then two groups.
+        for round in 0..2 {
+            for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
+                let limit = ClaimLimit::try_from(limit).expect("limit");
+                claim_due(&conn, &worker, now, now + 100, limit, &[]).expect("claim");
+            }
+            if round == 0 {
+                conn.execute("INSERT INTO receipt_groups (name) VALUES ('other')", [])
+                    .expect("a second group");
+            }
         }
-        let stmt = conn.prepare_cached(PICK_DUE).expect("cached");
-        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        for sql in [PICK_ONE_GROUP, PICK_DUE] {
+            let stmt = conn.prepare_cached(sql).expect("cached");
+            assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        }
     }
 }
