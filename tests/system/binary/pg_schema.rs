@@ -109,6 +109,7 @@ async fn a_shared_database_keeps_its_public_schema_untouched() {
             "_sqlx_migrations",
             "history_horizon",
             "receipt_counts",
+            "receipt_groups",
             "receipt_history",
             "receipts",
             "stats_minutes",
