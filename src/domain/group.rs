@@ -186,21 +186,38 @@ pub struct Candidate {
 /// allowance). `None` when the candidates read are enough: every group read
 /// to its end or its cap, or at least `wanted` in all.
 ///
-/// Groups not yet read are asked for an equal share; after that, the groups
-/// that had more are asked for a share of what is still missing. The
+/// The groups come in turn order (see `store::fair`). While fewer receipts
+/// are missing than groups may still give, one more is asked of as many
+/// groups as receipts are missing, those asked least first, in turn order:
+/// every group gets its turn before any gets a second, and a claim of 10
+/// over 1 000 groups reads 10 of them, not 1 000. Otherwise each group that
+/// may give more is asked for an equal share of what is missing. The
 /// receipts the claim takes are then the first `wanted` of
 /// [`round_robin`]: each group's share is never more than it has due.
 #[must_use]
 pub fn next_depths(wanted: u64, caps: &[u64], found: &[u64], asked: &[u64]) -> Option<Vec<u64>> {
     let total: u64 = found.iter().sum();
-    let open: Vec<usize> = (0..caps.len())
+    let mut open: Vec<usize> = (0..caps.len())
         .filter(|&g| found[g] == asked[g] && asked[g] < caps[g].min(wanted))
         .collect();
     if total >= wanted || open.is_empty() {
         return None;
     }
-    let share = (wanted - total).div_ceil(open.len() as u64);
+    let missing = wanted - total;
     let mut depths = asked.to_vec();
+    // At least as many groups as were read already: a claim that meets
+    // empty groups reads twice as many each pass, not one more.
+    let visited = asked.iter().filter(|&&a| a > 0).count() as u64;
+    let ask = missing.max(visited);
+    if (open.len() as u64) > ask {
+        // A stable sort: among groups asked as often, turn order decides.
+        open.sort_by_key(|&g| asked[g]);
+        for &g in open.iter().take(usize::try_from(ask).unwrap_or(usize::MAX)) {
+            depths[g] = asked[g] + 1;
+        }
+        return Some(depths);
+    }
+    let share = missing.div_ceil(open.len() as u64);
     for g in open {
         depths[g] = (asked[g] + share).min(caps[g]).min(wanted);
     }
@@ -208,8 +225,8 @@ pub fn next_depths(wanted: u64, caps: &[u64], found: &[u64], asked: &[u64]) -> O
 }
 
 /// The candidates of every group in round-robin order: each group's first
-/// due receipt (oldest group head first), then each group's second, and so
-/// on. Ties in due time go by receipt id, so the order is total.
+/// due receipt (in the groups' order: turn order), then each group's
+/// second, and so on.
 #[must_use]
 pub fn round_robin<G: Ord + Clone>(groups: BTreeMap<G, Vec<Candidate>>) -> Vec<(G, Candidate)> {
     let mut all: Vec<(usize, G, Candidate)> = groups
@@ -221,13 +238,7 @@ pub fn round_robin<G: Ord + Clone>(groups: BTreeMap<G, Vec<Candidate>>) -> Vec<(
                 .map(move |(rank, c)| (rank, g.clone(), c))
         })
         .collect();
-    all.sort_by(|a, b| {
-        (a.0, a.2.next_visible_at_ms, &a.2.receipt_id).cmp(&(
-            b.0,
-            b.2.next_visible_at_ms,
-            &b.2.receipt_id,
-        ))
-    });
+    all.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     all.into_iter().map(|(_, g, c)| (g, c)).collect()
 }
 
@@ -319,6 +330,13 @@ mod tests {
         assert_eq!(shares(10, &[1000, 3], &[u64::MAX; 2]), vec![7, 3]);
         assert_eq!(shares(10, &[0, 1000, 2], &[u64::MAX; 3]), vec![0, 8, 2]);
         assert_eq!(shares(3, &[5; 6], &[u64::MAX; 6]), vec![1, 1, 1, 0, 0, 0]);
+        // Empty groups pass their turn to the next ones.
+        assert_eq!(
+            shares(3, &[0, 5, 0, 5, 5, 5], &[u64::MAX; 6]),
+            vec![0, 1, 0, 1, 1, 0]
+        );
+        // Every group a turn before any a second.
+        assert_eq!(shares(5, &[9, 9, 9, 9], &[u64::MAX; 4]), vec![2, 1, 1, 1]);
         assert_eq!(shares(10, &[1000, 1000], &[2, u64::MAX]), vec![2, 8]);
         assert_eq!(shares(10, &[4, 4], &[u64::MAX; 2]), vec![4, 4]);
         assert_eq!(shares(10, &[], &[]), Vec::<u64>::new());

@@ -70,6 +70,22 @@ impl<C> Default for DueClaims<C> {
     }
 }
 
+/// Put groups read by name in turn order: the first is the first named
+/// after `after`, the group where the last claim's turn ended, so that
+/// every group with due work gets its turn however many there are (a claim
+/// reads only as many groups as it needs: `domain::next_depths`).
+pub fn in_turn(groups: &mut [GroupRow], after: &str) {
+    let start = groups
+        .iter()
+        .position(|g| g.name.as_str() > after)
+        .unwrap_or(0);
+    groups.rotate_left(start);
+}
+
+/// Where the turn goes on from after a claim: a backend's memory of it,
+/// shared by its claims (each server keeps its own).
+pub type Turn = std::sync::Arc<std::sync::Mutex<String>>;
+
 /// A claim of `wanted` receipts over `groups` in progress.
 #[derive(Debug)]
 pub struct FairClaim {
@@ -144,6 +160,26 @@ impl FairClaim {
         self.found[g] = due;
     }
 
+    /// The group of this claim's last pick in round-robin order: where the
+    /// next claim's turn starts after (a group read but not taken from keeps
+    /// its turn).
+    #[must_use]
+    pub fn last_turn(&self) -> Option<&str> {
+        let by_group: BTreeMap<usize, Vec<Candidate>> =
+            self.found.iter().cloned().enumerate().collect();
+        let mut picks = round_robin(by_group);
+        picks.truncate(usize::try_from(self.wanted).unwrap_or(usize::MAX));
+        let (last, _) = picks.pop()?;
+        Some(self.groups[last].name.as_str())
+    }
+
+    /// Remember where the turn ends (when this claim read any group).
+    pub fn pass_turn(&self, turn: &Turn) {
+        if let (Some(last), Ok(mut at)) = (self.last_turn(), turn.lock()) {
+            last.clone_into(&mut at);
+        }
+    }
+
     /// The receipts to take, in claim order, with their group's index.
     #[must_use]
     pub fn picks(&self) -> Vec<(usize, Candidate)> {
@@ -151,7 +187,24 @@ impl FairClaim {
             self.found.iter().cloned().enumerate().collect();
         let mut picks = round_robin(by_group);
         picks.truncate(usize::try_from(self.wanted).unwrap_or(usize::MAX));
-        picks
+        // Chosen in turn order; handed out oldest due first within each
+        // round, as PostgreSQL's lease numbers them.
+        let mut rank: Vec<usize> = vec![0; self.groups.len()];
+        let mut ranked: Vec<(usize, usize, Candidate)> = picks
+            .into_iter()
+            .map(|(g, c)| {
+                rank[g] += 1;
+                (rank[g], g, c)
+            })
+            .collect();
+        ranked.sort_by(|a, b| {
+            (a.0, a.2.next_visible_at_ms, &a.2.receipt_id).cmp(&(
+                b.0,
+                b.2.next_visible_at_ms,
+                &b.2.receipt_id,
+            ))
+        });
+        ranked.into_iter().map(|(_, g, c)| (g, c)).collect()
     }
 
     /// How many to take from each group (for a backend that leases each
@@ -232,6 +285,32 @@ mod tests {
         let (quotas, fair) = claim(groups, &[1000, 10], 10);
         assert_eq!(quotas, vec![5, 5]);
         assert!(!fair.answer(vec![(); 10]).held_back);
+    }
+
+    #[test]
+    fn each_claim_takes_its_turn_after_the_last_one() {
+        let names = ["a", "b", "c", "d", "e"];
+        let mut after = String::new();
+        let mut served = Vec::new();
+        for _ in 0..3 {
+            let mut groups: Vec<GroupRow> = names
+                .iter()
+                .map(|n| group(n, GroupLimits::default()))
+                .collect();
+            in_turn(&mut groups, &after);
+            let (quotas, fair) = claim(groups, &[9; 5], 2);
+            for (g, q) in fair.groups.iter().zip(&quotas) {
+                if *q > 0 {
+                    served.push(g.name.clone());
+                }
+            }
+            after = fair.last_turn().expect("read a group").to_owned();
+        }
+        assert_eq!(
+            served,
+            ["a", "b", "c", "d", "e", "a"],
+            "every group in turn"
+        );
     }
 
     #[test]

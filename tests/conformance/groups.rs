@@ -132,6 +132,30 @@ async fn a_small_group_gets_its_share_from_the_first_claim(fresh: Fresh) {
     assert_eq!(c[0].receipt_id, "big-0020");
 }
 
+/// More groups than a claim takes: each claim reads only the groups whose
+/// turn it is, and every group gets its turn before any gets a second.
+async fn every_group_gets_its_turn(fresh: Fresh) {
+    let receipts: Vec<NewReceipt> = (0..30)
+        .flat_map(|g| {
+            (0..3)
+                .map(move |i| in_group(&format!("g{g:02}-{i}"), &format!("g{g:02}"), T0 - 100 + i))
+        })
+        .collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let mut served = std::collections::BTreeSet::new();
+    for round in 0..3 {
+        let got = claim_n(&fresh, 10, T0, &[]).await;
+        assert_eq!(got.len(), 10);
+        for g in got {
+            assert!(served.insert(g.clone()), "round {round}: {g} served twice");
+        }
+    }
+    assert_eq!(served.len(), 30, "each of the 30 groups once");
+    let got = claim_n(&fresh, 30, T0, &[]).await;
+    let again: std::collections::BTreeSet<String> = got.into_iter().collect();
+    assert_eq!(again.len(), 30, "then each a second time");
+}
+
 async fn a_claim_may_name_its_groups(fresh: Fresh) {
     let receipts = [
         in_group("a", "rail:ach", T0 - 3),
@@ -322,6 +346,7 @@ async fn a_rate_limit_holds_within_ten_percent_over_ten_seconds(fresh: Fresh) {
 crate::on_every_backend!(
     the_group_is_part_of_the_identity_and_shown,
     a_small_group_gets_its_share_from_the_first_claim,
+    every_group_gets_its_turn,
     a_claim_may_name_its_groups,
     a_paused_group_keeps_its_times_and_resumes_without_redrive,
     max_leased_caps_live_leases_and_frees_as_they_end,

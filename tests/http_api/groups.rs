@@ -71,19 +71,31 @@ async fn groups_are_named_at_enqueue_shown_and_shared_out(fresh: Fresh) {
     assert_eq!(s.receipt("small-0").await["group"], "merchant:small");
     assert_eq!(s.receipt("plain").await["group"], "default");
 
-    // Round robin: each group's oldest first, the groups by their head's age.
+    // Round robin: three of the four groups, in turn from the first by name
+    // (the fourth's turn comes next), each group's oldest first, the claims
+    // oldest due first.
     let first = claim_body(
         &s,
         json!({"worker_id": "w", "lease_ms": 30_000, "limit": 3}),
     )
     .await;
-    // `ok-1` and `plain` came due together: the lower id first.
     assert_eq!(
         groups_of(&first),
-        ["merchant:big", "merchant:small", "rail:ach"]
+        ["merchant:big", "merchant:small", "default"]
     );
-    let only = json!({"worker_id": "w", "lease_ms": 30_000, "limit": 10, "groups": ["default"]});
-    assert_eq!(groups_of(&claim_body(&s, only).await), ["default"]);
+    let next = claim_body(
+        &s,
+        json!({"worker_id": "w", "lease_ms": 30_000, "limit": 1}),
+    )
+    .await;
+    assert_eq!(groups_of(&next), ["rail:ach"], "the fourth group's turn");
+    let only =
+        json!({"worker_id": "w", "lease_ms": 30_000, "limit": 10, "groups": ["merchant:small"]});
+    assert_eq!(
+        groups_of(&claim_body(&s, only).await),
+        Vec::<String>::new(),
+        "its one receipt is leased"
+    );
     let found = s
         .get("/v1/receipts?group=merchant%3Abig&state=pending")
         .await;

@@ -13,7 +13,7 @@ use crate::domain::{
     Candidate, ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, SettlementAttemptClaim,
     SettlementRouteError, WorkerId,
 };
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, limits};
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits};
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
@@ -97,6 +97,7 @@ impl StoredGroup {
 async fn groups_for_claim(
     tx: &mut Tx,
     only: &[GroupName],
+    after: &str,
     now: i64,
     wanted: u64,
 ) -> StoreResult<FairClaim> {
@@ -109,6 +110,7 @@ async fn groups_for_claim(
         .into_iter()
         .map(StoredGroup::row)
         .collect::<StoreResult<Vec<_>>>()?;
+    in_turn(&mut groups, after);
     let limited: Vec<&str> = groups
         .iter()
         .filter(|g| !g.limits.paused && (g.limits.max_leased.is_some() || g.limits.rate.is_some()))
@@ -202,7 +204,7 @@ const LEASE: &str = concat!(
 async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
     let group = GroupName::parse(name)
         .map_err(|_| SettlementRouteError::invalid_record("stored group name is out of range"))?;
-    let fair = groups_for_claim(tx, std::slice::from_ref(&group), now, 1).await?;
+    let fair = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1).await?;
     if fair.groups.is_empty() {
         return Ok(Ok(()));
     }
@@ -292,9 +294,12 @@ async fn lease_due(
     slots: &[(&str, i64)],
     now: i64,
     only: &[GroupName],
+    turn: &Turn,
 ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
-    let mut fair = groups_for_claim(tx, only, now, slots.len() as u64).await?;
+    let after = turn.lock().map(|t| t.clone()).unwrap_or_default();
+    let mut fair = groups_for_claim(tx, only, &after, now, slots.len() as u64).await?;
     let quotas = share_out(tx, &mut fair, now).await?;
+    fair.pass_turn(turn);
     let (names, quotas): (Vec<&str>, Vec<i64>) = fair
         .groups
         .iter()
@@ -373,7 +378,7 @@ async fn claim_batch(
         };
     }
     let slots = vec![(job.worker_id.as_str(), job.until); job.limit];
-    lease_due(tx, expired, &slots, job.now, &job.only).await
+    lease_due(tx, expired, &slots, job.now, &job.only, &job.turn).await
 }
 
 /// One worker's batch claim, as the claim queue carries it.
@@ -384,6 +389,7 @@ pub(super) struct ClaimJob {
     limit: usize,
     only: Vec<GroupName>,
     expired: Arc<AtomicU64>,
+    turn: Turn,
 }
 
 impl super::batcher::Mergeable for ClaimJob {
@@ -452,7 +458,16 @@ async fn claim_merged(
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
     let mut tx = begin(pool).await?;
-    let due = match lease_due(&mut tx, &jobs[0].expired, &slots, now, &jobs[0].only).await {
+    let due = match lease_due(
+        &mut tx,
+        &jobs[0].expired,
+        &slots,
+        now,
+        &jobs[0].only,
+        &jobs[0].turn,
+    )
+    .await
+    {
         Ok(due) => due,
         Err(e @ SettlementRouteError::Backend { .. }) => return finish(tx, Err(e)).await,
         Err(_) => {
@@ -510,6 +525,7 @@ impl PostgresStore {
                 limit: limit.get(),
                 only: only.to_vec(),
                 expired: self.expiries.clone(),
+                turn: self.turn.clone(),
             })
             .await
     }

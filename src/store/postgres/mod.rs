@@ -40,6 +40,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
+use super::fair::Turn;
 use super::group_list::{self, GroupListRow};
 use super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::{explain, rules};
@@ -93,6 +94,8 @@ pub struct PostgresStore {
     notify: Arc<Notify>,
     listener: AbortHandle,
     expiries: Arc<AtomicU64>,
+    /// Where this replica's next claim's turn over the groups starts after.
+    turn: Turn,
     /// Longest a store call may take before it is answered as a backend
     /// failure, so that a silent network cannot hold a request (the server's
     /// `statement_timeout` cannot end a call whose answers never arrive).
@@ -170,6 +173,7 @@ impl PostgresStore {
             notify,
             listener,
             expiries: Arc::new(AtomicU64::new(0)),
+            turn: Turn::default(),
             bound,
             writes,
             claims,

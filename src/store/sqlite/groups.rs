@@ -12,7 +12,7 @@ use crate::domain::{
     WorkerId,
 };
 use crate::store::StoreResult;
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, limits};
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits};
 use crate::store::rows::{ReceiptRow, receipt_columns};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
@@ -36,17 +36,42 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
 
 /// Every group (or the named ones), by name.
 pub fn read_groups(conn: &Connection, only: &[GroupName]) -> StoreResult<Vec<GroupRow>> {
-    let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {GROUP_COLUMNS} FROM receipt_groups WHERE json_array_length(?1) = 0 \
-         OR name IN (SELECT value FROM json_each(?1)) ORDER BY name"
-    ))?;
-    let rows = stmt
-        .query_map([json(&names)?], group_row)?
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .collect::<StoreResult<Vec<_>>>()?;
-    Ok(rows)
+    let all = GROUPS.with(|cached| cached.borrow().clone());
+    let all = match all {
+        Some(all) => all,
+        None => {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {GROUP_COLUMNS} FROM receipt_groups ORDER BY name"
+            ))?;
+            let rows = stmt
+                .query_map([], group_row)?
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .collect::<StoreResult<Vec<_>>>()?;
+            let rows = std::sync::Arc::new(rows);
+            GROUPS.with(|cached| *cached.borrow_mut() = Some(rows.clone()));
+            rows
+        }
+    };
+    Ok(all
+        .iter()
+        .filter(|g| only.is_empty() || only.iter().any(|o| o.as_str() == g.name))
+        .cloned()
+        .collect())
+}
+
+thread_local! {
+    /// The writer thread's copy of `receipt_groups`, so that a claim does
+    /// not read every group row again (one writer, so one thread, per
+    /// database). Every write to the table forgets it, before its commit:
+    /// a write that rolls back only costs a read.
+    static GROUPS: std::cell::RefCell<Option<std::sync::Arc<Vec<GroupRow>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Forget the writer's copy of the group table: called by every write to it.
+pub fn forget_groups() {
+    GROUPS.with(|cached| *cached.borrow_mut() = None);
 }
 
 /// Live leases per group, for the groups with a `max_leased`: read from
@@ -169,6 +194,10 @@ fn read_due(
 
 /// Store the buckets a claim spent from.
 pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()> {
+    if spent.is_empty() {
+        return Ok(());
+    }
+    forget_groups();
     let mut stmt = conn.prepare_cached(
         "UPDATE receipt_groups SET tokens = ?2, tokens_at_ms = ?3 WHERE name = ?1",
     )?;
@@ -178,8 +207,9 @@ pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()>
     Ok(())
 }
 
-/// A fair claim over `only` (empty: every group), all or nothing; also
-/// counts the expired leases it took over.
+/// A fair claim over `only` (empty: every group), all or nothing, its
+/// turn starting after `turn`'s group; also counts the expired leases it
+/// took over.
 pub fn claim_due(
     conn: &Connection,
     worker_id: &WorkerId,
@@ -187,8 +217,11 @@ pub fn claim_due(
     until: i64,
     limit: ClaimLimit,
     only: &[GroupName],
+    turn: &Turn,
 ) -> StoreResult<(DueClaims<SettlementAttemptClaim>, u64)> {
-    let groups = read_groups(conn, only)?;
+    let mut groups = read_groups(conn, only)?;
+    let after = turn.lock().map(|t| t.clone()).unwrap_or_default();
+    in_turn(&mut groups, &after);
     let live = live_leased(conn, &groups, now)?;
     let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
     let mut rows: HashMap<String, ReceiptRow> = HashMap::new();
@@ -234,6 +267,7 @@ pub fn claim_due(
         claims.push(super::write::lease(conn, row, worker_id, now, until)?);
     }
     spend(conn, &fair.spent(&taken))?;
+    fair.pass_turn(turn);
     Ok((fair.answer(claims), expired))
 }
 
@@ -266,6 +300,7 @@ pub fn set_limits(
     limits: &GroupLimits,
     now: i64,
 ) -> StoreResult<()> {
+    forget_groups();
     let old: Option<StoreResult<GroupRow>> = conn
         .prepare_cached(&format!(
             "SELECT {GROUP_COLUMNS} FROM receipt_groups WHERE name = ?1"
@@ -303,7 +338,7 @@ pub fn set_limits(
 
 #[cfg(test)]
 mod tests {
-    use super::{PICK_DUE, PICK_ONE_GROUP, claim_due};
+    use super::{PICK_DUE, PICK_ONE_GROUP, Turn, claim_due};
     use crate::domain::{ClaimLimit, WorkerId};
 
     #[test]
@@ -319,11 +354,13 @@ mod tests {
         for round in 0..2 {
             for (now, limit) in [(10, 1), (11, 7), (12, 1024)] {
                 let limit = ClaimLimit::try_from(limit).expect("limit");
-                claim_due(&conn, &worker, now, now + 100, limit, &[]).expect("claim");
+                claim_due(&conn, &worker, now, now + 100, limit, &[], &Turn::default())
+                    .expect("claim");
             }
             if round == 0 {
                 conn.execute("INSERT INTO receipt_groups (name) VALUES ('other')", [])
                     .expect("a second group");
+                super::forget_groups();
             }
         }
         for sql in [PICK_ONE_GROUP, PICK_DUE] {

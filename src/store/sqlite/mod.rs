@@ -23,6 +23,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Notify;
 
+use super::fair::Turn;
 use super::group_list::{self, GroupListRow};
 use super::rows::to_i64;
 use super::{explain, rules};
@@ -47,6 +48,8 @@ pub struct SqliteStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     expiries: AtomicU64,
+    /// Where the next claim's turn over the groups starts after.
+    turn: Turn,
 }
 
 impl SqliteStore {
@@ -91,6 +94,7 @@ impl SqliteStore {
             binding: SettlementStoreBinding::from_digest(digest),
             notify: Arc::new(Notify::new()),
             expiries: AtomicU64::new(0),
+            turn: Turn::default(),
         })
     }
 }
@@ -218,10 +222,10 @@ impl SettlementOutcomeStore for SqliteStore {
     ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
-        let (worker, only) = (worker_id.clone(), only.to_vec());
+        let (worker, only, turn) = (worker_id.clone(), only.to_vec(), self.turn.clone());
         let (claims, expired) = self
             .writer
-            .solo(move |conn| groups::claim_due(conn, &worker, now, until, limit, &only))
+            .solo(move |conn| groups::claim_due(conn, &worker, now, until, limit, &only, &turn))
             .await?;
         self.expiries.fetch_add(expired, Ordering::Relaxed);
         Ok(claims)
