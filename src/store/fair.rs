@@ -86,6 +86,12 @@ pub fn in_turn(groups: &mut [GroupRow], after: &str) {
 /// shared by its claims (each server keeps its own).
 pub type Turn = std::sync::Arc<std::sync::Mutex<String>>;
 
+/// The group the last claim's turn ended at (`""`: none yet).
+#[must_use]
+pub fn turn_after(turn: &Turn) -> String {
+    turn.lock().map(|t| t.clone()).unwrap_or_default()
+}
+
 /// A claim of `wanted` receipts over `groups` in progress.
 #[derive(Debug)]
 pub struct FairClaim {
@@ -160,23 +166,32 @@ impl FairClaim {
         self.found[g] = due;
     }
 
-    /// The group of this claim's last pick in round-robin order: where the
-    /// next claim's turn starts after (a group read but not taken from keeps
-    /// its turn).
+    /// The group of this claim's last pick in round-robin order, from what
+    /// each group gave (`quotas`): the last group, in turn order, of those
+    /// that gave the most (they had a pick in the last round). The next
+    /// claim's turn starts after it; a group read but not taken from keeps
+    /// its turn.
     #[must_use]
-    pub fn last_turn(&self) -> Option<&str> {
-        let by_group: BTreeMap<usize, Vec<Candidate>> =
-            self.found.iter().cloned().enumerate().collect();
-        let mut picks = round_robin(by_group);
-        picks.truncate(usize::try_from(self.wanted).unwrap_or(usize::MAX));
-        let (last, _) = picks.pop()?;
+    pub fn last_turn(&self, quotas: &[u64]) -> Option<&str> {
+        let most = quotas.iter().copied().max().filter(|&q| q > 0)?;
+        let last = quotas.iter().rposition(|&q| q == most)?;
         Some(self.groups[last].name.as_str())
     }
 
-    /// Remember where the turn ends (when this claim read any group).
-    pub fn pass_turn(&self, turn: &Turn) {
-        if let (Some(last), Ok(mut at)) = (self.last_turn(), turn.lock()) {
+    /// Remember where the turn ends, when the claim took anything.
+    pub fn pass_turn(&self, turn: &Turn, quotas: &[u64]) {
+        if let (Some(last), Ok(mut at)) = (self.last_turn(quotas), turn.lock()) {
             last.clone_into(&mut at);
+        }
+    }
+
+    /// A claim by id of one receipt of the one group read: `Ok` with the
+    /// buckets to store when its limits let it, `Err(paused)` when not.
+    pub fn admit_one(&self) -> Result<Vec<(String, f64, i64)>, bool> {
+        match self.groups.first() {
+            None => Ok(Vec::new()),
+            Some(group) if self.held_back => Err(group.limits.paused),
+            Some(_) => Ok(self.spent(&[1])),
         }
     }
 
@@ -304,7 +319,10 @@ mod tests {
                     served.push(g.name.clone());
                 }
             }
-            after = fair.last_turn().expect("read a group").to_owned();
+            after = fair
+                .last_turn(&quotas)
+                .expect("took from a group")
+                .to_owned();
         }
         assert_eq!(
             served,

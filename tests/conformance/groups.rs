@@ -341,6 +341,25 @@ async fn a_rate_limit_holds_within_ten_percent_over_ten_seconds(fresh: Fresh) {
     let off = (claimed as f64 - expected).abs() / expected;
     assert!(off <= 0.10, "claimed {claimed}, expected about {expected}");
     assert!(hints > 0, "a held-back claim says when to look again");
+    // Setting the same rate again keeps the (empty) bucket; another rate
+    // starts a full one.
+    let end = T0 + 500 * 20;
+    set(&fresh, "rail:rtp", rated, end).await;
+    assert_eq!(
+        claim_n(&fresh, 5, end, &[]).await.len(),
+        0,
+        "same rate, same bucket"
+    );
+    let other = GroupLimits {
+        rate: Some(Rate::new(50.0, 3).unwrap()),
+        ..GroupLimits::default()
+    };
+    set(&fresh, "rail:rtp", other, end).await;
+    assert_eq!(
+        claim_n(&fresh, 5, end, &[]).await.len(),
+        3,
+        "a new rate, a full bucket"
+    );
 }
 
 crate::on_every_backend!(

@@ -13,7 +13,7 @@ use crate::domain::{
     Candidate, ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, SettlementAttemptClaim,
     SettlementRouteError, WorkerId,
 };
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits};
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
@@ -205,22 +205,26 @@ async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), 
     let group = GroupName::parse(name)
         .map_err(|_| SettlementRouteError::invalid_record("stored group name is out of range"))?;
     let fair = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1).await?;
-    if fair.groups.is_empty() {
-        return Ok(Ok(()));
+    match fair.admit_one() {
+        Ok(spent) => spend(tx, spent).await.map(Ok),
+        Err(paused) => Ok(Err(paused)),
     }
-    if fair.held_back {
-        return Ok(Err(fair.groups[0].limits.paused));
+}
+
+/// Store the buckets a claim spent from, in one statement.
+async fn spend(tx: &mut Tx, spent: Vec<(String, f64, i64)>) -> StoreResult<()> {
+    if spent.is_empty() {
+        return Ok(());
     }
-    let spent = fair.spent(&[1]);
-    for (name, tokens, at) in spent {
-        sqlx::query(SPEND)
-            .bind(vec![name])
-            .bind(vec![tokens])
-            .bind(vec![at])
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(Ok(()))
+    let (names, (tokens, ats)): (Vec<String>, (Vec<f64>, Vec<i64>)) =
+        spent.into_iter().map(|(n, t, at)| (n, (t, at))).unzip();
+    sqlx::query(SPEND)
+        .bind(names)
+        .bind(tokens)
+        .bind(ats)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// A row leased by [`CLAIM_DUE`], with its claim position and prior version.
@@ -296,10 +300,9 @@ async fn lease_due(
     only: &[GroupName],
     turn: &Turn,
 ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
-    let after = turn.lock().map(|t| t.clone()).unwrap_or_default();
-    let mut fair = groups_for_claim(tx, only, &after, now, slots.len() as u64).await?;
+    let mut fair = groups_for_claim(tx, only, &turn_after(turn), now, slots.len() as u64).await?;
     let quotas = share_out(tx, &mut fair, now).await?;
-    fair.pass_turn(turn);
+    fair.pass_turn(turn, &quotas);
     let (names, quotas): (Vec<&str>, Vec<i64>) = fair
         .groups
         .iter()
@@ -326,26 +329,17 @@ async fn lease_due(
     rows.sort_by_key(|r| r.pick);
     let reclaimed = rows.iter().filter(|r| r.prior_until.is_some()).count();
     expired.fetch_add(reclaimed as u64, std::sync::atomic::Ordering::Relaxed);
+    // What each group gave, counted in one pass over the rows.
+    let mut by_group: HashMap<&str, u64> = HashMap::new();
+    for r in &rows {
+        *by_group.entry(r.row.receipt_group.as_str()).or_default() += 1;
+    }
     let taken: Vec<u64> = fair
         .groups
         .iter()
-        .map(|g| {
-            rows.iter()
-                .filter(|r| r.row.receipt_group == g.name)
-                .count() as u64
-        })
+        .map(|g| by_group.get(g.name.as_str()).copied().unwrap_or(0))
         .collect();
-    let spent = fair.spent(&taken);
-    if !spent.is_empty() {
-        let (names, (tokens, ats)): (Vec<String>, (Vec<f64>, Vec<i64>)) =
-            spent.into_iter().map(|(n, t, at)| (n, (t, at))).unzip();
-        sqlx::query(SPEND)
-            .bind(names)
-            .bind(tokens)
-            .bind(ats)
-            .execute(&mut **tx)
-            .await?;
-    }
+    spend(tx, fair.spent(&taken)).await?;
     let claims = rows
         .iter()
         .map(|r| {

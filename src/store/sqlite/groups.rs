@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use super::lookup::{json, receipt_row, rows_by_id};
 use crate::domain::{
@@ -12,7 +12,7 @@ use crate::domain::{
     WorkerId,
 };
 use crate::store::StoreResult;
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits};
+use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
 use crate::store::rows::{ReceiptRow, receipt_columns};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
@@ -220,8 +220,7 @@ pub fn claim_due(
     turn: &Turn,
 ) -> StoreResult<(DueClaims<SettlementAttemptClaim>, u64)> {
     let mut groups = read_groups(conn, only)?;
-    let after = turn.lock().map(|t| t.clone()).unwrap_or_default();
-    in_turn(&mut groups, &after);
+    in_turn(&mut groups, &turn_after(turn));
     let live = live_leased(conn, &groups, now)?;
     let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
     let mut rows: HashMap<String, ReceiptRow> = HashMap::new();
@@ -267,7 +266,7 @@ pub fn claim_due(
         claims.push(super::write::lease(conn, row, worker_id, now, until)?);
     }
     spend(conn, &fair.spent(&taken))?;
-    fair.pass_turn(turn);
+    fair.pass_turn(turn, &taken);
     Ok((fair.answer(claims), expired))
 }
 
@@ -284,16 +283,14 @@ pub fn admit_one(conn: &Connection, name: &str, now: i64) -> StoreResult<Result<
         return Ok(Ok(()));
     }
     let live = live_leased(conn, &groups, now)?;
-    let fair = FairClaim::new(groups, &live, now, 1);
-    if fair.held_back {
-        return Ok(Err(fair.groups[0].limits.paused));
+    match FairClaim::new(groups, &live, now, 1).admit_one() {
+        Ok(spent) => spend(conn, &spent).map(Ok),
+        Err(paused) => Ok(Err(paused)),
     }
-    spend(conn, &fair.spent(&[1]))?;
-    Ok(Ok(()))
 }
 
 /// Set a group's limits (creating the group), keeping its bucket when the
-/// rate is unchanged.
+/// rate is unchanged (`IS`: equal, nulls included), as PostgreSQL does.
 pub fn set_limits(
     conn: &Connection,
     name: &GroupName,
@@ -301,22 +298,16 @@ pub fn set_limits(
     now: i64,
 ) -> StoreResult<()> {
     forget_groups();
-    let old: Option<StoreResult<GroupRow>> = conn
-        .prepare_cached(&format!(
-            "SELECT {GROUP_COLUMNS} FROM receipt_groups WHERE name = ?1"
-        ))?
-        .query_row([name.as_str()], group_row)
-        .optional()?;
-    let old = old.transpose()?;
-    let bucket = old
-        .filter(|o| o.limits.rate == limits.rate)
-        .and_then(|o| o.bucket);
     conn.prepare_cached(
-        "INSERT INTO receipt_groups (name, paused, max_leased, rate_per_s, burst, tokens, \
-         tokens_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+        "INSERT INTO receipt_groups AS g (name, paused, max_leased, rate_per_s, burst, \
+         updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
          ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, \
          max_leased = excluded.max_leased, rate_per_s = excluded.rate_per_s, \
-         burst = excluded.burst, tokens = excluded.tokens, tokens_at_ms = excluded.tokens_at_ms, \
+         burst = excluded.burst, \
+         tokens = CASE WHEN g.rate_per_s IS excluded.rate_per_s AND g.burst IS excluded.burst \
+           THEN g.tokens END, \
+         tokens_at_ms = CASE WHEN g.rate_per_s IS excluded.rate_per_s \
+           AND g.burst IS excluded.burst THEN g.tokens_at_ms END, \
          updated_at_ms = excluded.updated_at_ms",
     )?
     .execute(rusqlite::params![
@@ -329,8 +320,6 @@ pub fn set_limits(
         limits
             .rate
             .map(|r| i64::try_from(r.burst).unwrap_or(i64::MAX)),
-        bucket.map(|b| b.0),
-        bucket.map(|b| b.1),
         now
     ])?;
     Ok(())
