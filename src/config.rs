@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::domain::RetryPolicy;
+use crate::domain::{RetryPolicy, RetryPolicyError};
 use crate::store::postgres::PostgresOptions;
 
 /// What `--help` adds after the options: where to look once it runs.
@@ -72,16 +72,16 @@ pub struct ServeArgs {
     )]
     pub database_url: String,
     /// Retries before a retryable failure is dead-lettered (0..=32).
-    #[arg(long, env = "SETTLED_MAX_RETRIES", default_value_t = RetryPolicy::default().max_retries)]
+    #[arg(long, env = "SETTLED_MAX_RETRIES", default_value_t = RetryPolicy::default().max_retries())]
     pub max_retries: u32,
     /// Wait before the first retry, in ms (1..=backoff cap).
-    #[arg(long, env = "SETTLED_INITIAL_BACKOFF_MS", default_value_t = RetryPolicy::default().initial_backoff_ms)]
+    #[arg(long, env = "SETTLED_INITIAL_BACKOFF_MS", default_value_t = RetryPolicy::default().initial_backoff_ms())]
     pub initial_backoff_ms: u64,
     /// Growth factor of the wait per retry (1..=16).
-    #[arg(long, env = "SETTLED_BACKOFF_MULTIPLIER", default_value_t = RetryPolicy::default().backoff_multiplier)]
+    #[arg(long, env = "SETTLED_BACKOFF_MULTIPLIER", default_value_t = RetryPolicy::default().backoff_multiplier())]
     pub backoff_multiplier: u32,
     /// Longest wait between retries, in ms (1..=86400000).
-    #[arg(long, env = "SETTLED_BACKOFF_CAP_MS", default_value_t = RetryPolicy::default().backoff_cap_ms)]
+    #[arg(long, env = "SETTLED_BACKOFF_CAP_MS", default_value_t = RetryPolicy::default().backoff_cap_ms())]
     pub backoff_cap_ms: u64,
     /// Bearer token as ROLE:TOKEN or ROLE:NAME:TOKEN (roles: producer, worker, operator, reader;
     /// the name, 1..=64 of `A-Za-z0-9._-`, is recorded in history and the request log); repeatable.
@@ -182,15 +182,14 @@ fn parse_idle_timeout(text: &str) -> Result<std::time::Duration, String> {
 }
 
 impl ServeArgs {
-    /// The retry policy as given (not yet validated).
-    #[must_use]
-    pub const fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            max_retries: self.max_retries,
-            initial_backoff_ms: self.initial_backoff_ms,
-            backoff_multiplier: self.backoff_multiplier,
-            backoff_cap_ms: self.backoff_cap_ms,
-        }
+    /// The retry policy as given, checked.
+    pub const fn retry_policy(&self) -> Result<RetryPolicy, RetryPolicyError> {
+        RetryPolicy::new(
+            self.max_retries,
+            self.initial_backoff_ms,
+            self.backoff_multiplier,
+            self.backoff_cap_ms,
+        )
     }
 
     /// Connection limits.

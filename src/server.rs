@@ -15,7 +15,7 @@ use crate::config::ServeArgs;
 use crate::http::auth::Tokens;
 use crate::http::origin::AllowedHosts;
 use crate::http::{AppState, REQUEST_TIMEOUT, app};
-use crate::store::open_store;
+use crate::store::{OpenError, open_store};
 
 /// Why the service did not start.
 #[derive(Debug, Error)]
@@ -69,8 +69,7 @@ pub async fn run(
     args: &ServeArgs,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let policy = args.retry_policy();
-    policy.validate()?;
+    let policy = args.retry_policy()?;
     let tokens = Tokens::parse(&args.tokens)?;
     if tokens.is_empty() && !args.listen.ip().is_loopback() {
         return Err(StartError::AnonymousNonLoopback(args.listen));
@@ -89,7 +88,8 @@ pub async fn run(
         .map_err(|e| {
             StartError::Store(match e {
                 // Start-up failures are written for the person starting it.
-                crate::domain::SettlementRouteError::Backend { detail } => detail,
+                OpenError::Scheme(detail)
+                | OpenError::Store(crate::domain::StoreError::Backend { detail }) => detail,
                 other => format!("cannot open the database: {other}"),
             })
         })?;

@@ -1,8 +1,8 @@
 //! Claim bounds and the claim a worker holds while it settles a receipt.
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use utoipa::ToSchema;
+
+use super::{GroupName, ReceiptId};
 
 /// Maximum UTF-8 byte length of a settlement worker identifier.
 pub const MAX_SETTLEMENT_WORKER_ID_BYTES: usize = 128;
@@ -19,6 +19,10 @@ pub enum SettlementClaimValidationError {
     /// Worker identifier is empty or exceeds its UTF-8 byte bound.
     #[error("worker_id must be 1..=128 UTF-8 bytes")]
     WorkerIdLength,
+    /// Worker identifier holds a control character (no backend can keep
+    /// every one, and they only ever come from a bug).
+    #[error("worker_id must not contain control characters")]
+    WorkerIdText,
     /// Lease duration is zero or exceeds the one-day bound.
     #[error("lease duration must be 1..=86400000 ms")]
     LeaseDuration,
@@ -33,6 +37,7 @@ impl SettlementClaimValidationError {
     pub const fn code(self) -> &'static str {
         match self {
             Self::WorkerIdLength => "worker_id_length",
+            Self::WorkerIdText => "invalid_worker_id",
             Self::LeaseDuration => "lease_duration",
             Self::ClaimBatch => "claim_batch",
         }
@@ -51,7 +56,7 @@ pub fn validate_settlement_claim(
     Ok(())
 }
 
-/// A worker identifier of 1..=128 UTF-8 bytes.
+/// A worker identifier of 1..=128 UTF-8 bytes, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerId(String);
 
@@ -61,7 +66,15 @@ impl WorkerId {
         if value.is_empty() || value.len() > MAX_SETTLEMENT_WORKER_ID_BYTES {
             return Err(SettlementClaimValidationError::WorkerIdLength);
         }
+        if value.chars().any(char::is_control) {
+            return Err(SettlementClaimValidationError::WorkerIdText);
+        }
         Ok(Self(value.to_owned()))
+    }
+
+    /// One the store holds: it was parsed before it was written.
+    pub(crate) const fn from_stored(value: String) -> Self {
+        Self(value)
     }
 
     /// The identifier as text.
@@ -115,49 +128,200 @@ impl ClaimLimit {
     }
 }
 
-/// A claimed receipt: what a worker needs to settle it, and the lease under
-/// which it reports the outcome.
-///
-/// Send it back exactly as received: an outcome, heartbeat or release is
-/// accepted only while every field but `group` and `observation` matches the receipt's
-/// current lease (otherwise a 409 whose code says why, e.g. `lease_conflict`
-/// or `lease_expired`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = Claim)]
-pub struct SettlementAttemptClaim {
-    /// The receipt claimed.
-    pub receipt_id: String,
-    /// The producer's `finalized_at` (Unix seconds).
-    pub finalized_at: u64,
-    /// The receipt's `attempts` when claimed: how many invocations failed
-    /// before this one. This claim is invocation `attempts + 1`, the
-    /// `attempt` its history entry will show.
-    pub attempts: u32,
-    /// Bumped by every claim of the receipt: tells this claim from earlier ones.
-    pub row_version: u64,
-    /// The `worker_id` that claimed it.
-    pub lease_owner: String,
-    /// This lease's secret (unpredictable): proves that an outcome comes from
-    /// this claim. Never shown by `GET /v1/receipts/{id}`.
-    pub lease_token: String,
-    /// The lease ends at this server time (ms, exclusive): report the
-    /// outcome, or extend the lease, before then.
-    pub lease_until_ms: u64,
-    /// The producer's observation exactly as enqueued, or null. Not compared
-    /// when the claim is sent back.
-    #[serde(default)]
-    #[schema(value_type = Option<Observation>)]
-    pub observation: Option<serde_json::Value>,
-    /// The receipt's group (docs/groups.md), e.g. the rail to settle it on.
-    /// Not compared when the claim is sent back.
-    #[serde(default = "default_group_text")]
-    #[schema(min_length = 1, max_length = 128, default = "default")]
-    pub group: String,
+/// An unsigned integer every backend stores exactly: 0..=9223372036854775807
+/// (SQLite and PostgreSQL keep integers as signed 64-bit). Times, versions
+/// and `finalized_at` are of this type once parsed, so no store converts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct U63(u64);
+
+/// A number outside 0..=9223372036854775807.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+#[error("must be 0..=9223372036854775807")]
+pub struct OutOfRange;
+
+impl U63 {
+    /// The largest value: `i64::MAX`.
+    pub const MAX: Self = Self(i64::MAX as u64);
+
+    /// The value.
+    #[must_use]
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The value as a database integer (always fits).
+    #[must_use]
+    pub const fn as_i64(self) -> i64 {
+        self.0 as i64
+    }
+
+    /// `self + ms`, or `None` past [`U63::MAX`].
+    #[must_use]
+    pub fn checked_add(self, ms: u64) -> Option<Self> {
+        self.0.checked_add(ms).and_then(|v| Self::try_from(v).ok())
+    }
 }
 
-fn default_group_text() -> String {
-    super::DEFAULT_GROUP.to_owned()
+impl TryFrom<u64> for U63 {
+    type Error = OutOfRange;
+    fn try_from(value: u64) -> Result<Self, OutOfRange> {
+        if i64::try_from(value).is_ok() {
+            Ok(Self(value))
+        } else {
+            Err(OutOfRange)
+        }
+    }
+}
+
+impl TryFrom<i64> for U63 {
+    type Error = OutOfRange;
+    fn try_from(value: i64) -> Result<Self, OutOfRange> {
+        u64::try_from(value).map(Self).map_err(|_| OutOfRange)
+    }
+}
+
+impl From<u32> for U63 {
+    fn from(value: u32) -> Self {
+        Self(u64::from(value))
+    }
+}
+
+impl PartialEq<u64> for U63 {
+    fn eq(&self, other: &u64) -> bool {
+        self.0 == *other
+    }
+}
+
+/// `U63 + ms` is a plain number (it may pass `U63::MAX`).
+impl std::ops::Add<u64> for U63 {
+    type Output = u64;
+    fn add(self, ms: u64) -> u64 {
+        self.0 + ms
+    }
+}
+
+/// `U63 - ms` is a plain number.
+impl std::ops::Sub<u64> for U63 {
+    type Output = u64;
+    fn sub(self, ms: u64) -> u64 {
+        self.0 - ms
+    }
+}
+
+/// Panics past `U63::MAX` or below zero, as integer arithmetic does.
+impl std::ops::AddAssign<u64> for U63 {
+    fn add_assign(&mut self, ms: u64) {
+        *self = self.checked_add(ms).expect("U63 overflow");
+    }
+}
+
+/// Panics below zero, as integer arithmetic does.
+impl std::ops::SubAssign<u64> for U63 {
+    fn sub_assign(&mut self, ms: u64) {
+        self.0 = self.0.checked_sub(ms).expect("U63 underflow");
+    }
+}
+
+impl std::fmt::Display for U63 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Largest lease token a worker may send back, in bytes.
+pub const MAX_LEASE_TOKEN_BYTES: usize = 256;
+
+/// A lease's secret: 1..=256 bytes, no control characters. The server makes
+/// them (32 hex digits of OS randomness); any other value can only fail the
+/// compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseToken(String);
+
+/// A lease token out of bounds.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+#[error("lease_token must be 1..=256 bytes, no control characters")]
+pub struct LeaseTokenLength;
+
+impl LeaseToken {
+    /// Check the bound.
+    pub fn parse(value: &str) -> Result<Self, LeaseTokenLength> {
+        if value.is_empty()
+            || value.len() > MAX_LEASE_TOKEN_BYTES
+            || value.chars().any(char::is_control)
+        {
+            return Err(LeaseTokenLength);
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    /// One the store holds: it made it.
+    pub(crate) const fn from_stored(value: String) -> Self {
+        Self(value)
+    }
+
+    /// A new unpredictable token: 128 bits from the OS, as hex.
+    pub fn generate() -> Result<Self, getrandom::Error> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)?;
+        Ok(Self(hex::encode(bytes)))
+    }
+
+    /// The token as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A claim handed out is a claim: it reads as its lease.
+impl std::ops::Deref for Claimed {
+    type Target = Claim;
+    fn deref(&self) -> &Claim {
+        &self.claim
+    }
+}
+
+impl From<LeaseToken> for String {
+    fn from(token: LeaseToken) -> Self {
+        token.0
+    }
+}
+
+/// The lease a worker holds while it settles a receipt: exactly what the
+/// compare-and-swap of an outcome, extension or release compares with the
+/// stored row (docs/concepts.md, "Leases"). Every field is parsed, so a
+/// store binds them as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The receipt claimed.
+    pub receipt_id: ReceiptId,
+    /// The producer's `finalized_at` (Unix seconds).
+    pub finalized_at: U63,
+    /// Failed invocations before this one.
+    pub attempts: u32,
+    /// Bumped by every claim of the receipt.
+    pub row_version: U63,
+    /// The worker that claimed it.
+    pub lease_owner: WorkerId,
+    /// The lease's secret.
+    pub lease_token: LeaseToken,
+    /// The lease ends at this server time (ms, exclusive).
+    pub lease_until_ms: U63,
+}
+
+/// A claim as handed to a worker: the lease, and what the worker needs to
+/// settle the receipt (neither is compared when the claim comes back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The lease.
+    pub claim: Claim,
+    /// The producer's observation exactly as enqueued, if any.
+    pub observation: Option<serde_json::Value>,
+    /// The receipt's group.
+    pub group: GroupName,
+    /// Whether this claim took the receipt over from a lease that expired
+    /// unreported (what `/metrics` counts as a lease expiry).
+    pub after_expiry: bool,
 }
 
 /// The OpenAPI schema of an observation (the values themselves are
@@ -180,7 +344,7 @@ impl utoipa::PartialSchema for Observation {
     }
 }
 
-impl ToSchema for Observation {}
+impl utoipa::ToSchema for Observation {}
 
 #[cfg(test)]
 mod tests {
@@ -188,23 +352,45 @@ mod tests {
 
     #[test]
     fn attempt_claim_carries_the_persisted_cas_state() {
-        let claim = SettlementAttemptClaim {
-            receipt_id: "receipt-1".to_string(),
-            finalized_at: 41,
+        let claim = Claim {
+            receipt_id: ReceiptId::parse("receipt-1").unwrap(),
+            finalized_at: U63::try_from(41_u64).unwrap(),
             attempts: 2,
-            row_version: 3,
-            lease_owner: "worker-1".to_string(),
-            lease_token: "token-1".to_string(),
-            lease_until_ms: 50,
-            observation: None,
-            group: "rail:ach".to_string(),
+            row_version: U63::try_from(3_u64).unwrap(),
+            lease_owner: WorkerId::parse("worker-1").unwrap(),
+            lease_token: LeaseToken::parse("token-1").unwrap(),
+            lease_until_ms: U63::try_from(50_u64).unwrap(),
         };
-        let round: SettlementAttemptClaim =
-            serde_json::from_value(serde_json::to_value(&claim).unwrap()).unwrap();
-        assert_eq!(round, claim);
         assert_eq!(claim.finalized_at, 41);
         assert_eq!(claim.attempts, 2);
-        assert_eq!(claim.lease_owner, "worker-1");
+        assert_eq!(claim.lease_owner.as_str(), "worker-1");
+    }
+
+    #[test]
+    fn stored_integers_are_those_a_signed_64_bit_column_holds() {
+        assert_eq!(U63::try_from(i64::MAX as u64), Ok(U63::MAX));
+        assert_eq!(U63::try_from(i64::MAX as u64 + 1), Err(OutOfRange));
+        assert_eq!(U63::try_from(-1_i64), Err(OutOfRange));
+        assert_eq!(U63::try_from(0_i64).map(U63::as_i64), Ok(0));
+        assert_eq!(U63::MAX.checked_add(1), None);
+        assert_eq!(U63::from(7_u32).checked_add(3), Some(U63::from(10_u32)));
+    }
+
+    #[test]
+    fn lease_tokens_are_bounded_and_generated_unpredictable() {
+        assert_eq!(LeaseToken::parse(""), Err(LeaseTokenLength));
+        assert_eq!(LeaseToken::parse("a\0b"), Err(LeaseTokenLength));
+        assert!(LeaseToken::parse(&"t".repeat(MAX_LEASE_TOKEN_BYTES)).is_ok());
+        assert_eq!(
+            LeaseToken::parse(&"t".repeat(MAX_LEASE_TOKEN_BYTES + 1)),
+            Err(LeaseTokenLength)
+        );
+        let (a, b) = (
+            LeaseToken::generate().unwrap(),
+            LeaseToken::generate().unwrap(),
+        );
+        assert_eq!(a.as_str().len(), 32);
+        assert_ne!(a, b);
     }
 
     #[test]

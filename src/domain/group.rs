@@ -45,6 +45,11 @@ impl GroupName {
         Ok(Self(value.to_owned()))
     }
 
+    /// One the store holds: it was parsed before it was written.
+    pub(crate) const fn from_stored(value: String) -> Self {
+        Self(value)
+    }
+
     /// The group of a receipt enqueued without one.
     #[must_use]
     pub fn default_group() -> Self {

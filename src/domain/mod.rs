@@ -5,6 +5,7 @@ mod group;
 mod policy;
 mod reasons;
 mod route;
+mod rules;
 mod text;
 
 pub use claim::*;
@@ -12,4 +13,5 @@ pub use group::*;
 pub use policy::*;
 pub use reasons::*;
 pub use route::*;
+pub use rules::*;
 pub use text::*;

@@ -15,13 +15,13 @@ pub const MAX_BACKOFF_CAP_MS: u64 = 86_400_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 pub struct RetryPolicy {
     /// Retries allowed before a retryable failure is dead-lettered (0..=32).
-    pub max_retries: u32,
+    max_retries: u32,
     /// Wait before the first retry, in ms (1..=backoff_cap_ms).
-    pub initial_backoff_ms: u64,
+    initial_backoff_ms: u64,
     /// Growth factor per retry (1..=16).
-    pub backoff_multiplier: u32,
+    backoff_multiplier: u32,
     /// Upper bound of any wait, in ms (1..=86400000).
-    pub backoff_cap_ms: u64,
+    backoff_cap_ms: u64,
 }
 
 impl Default for RetryPolicy {
@@ -49,9 +49,53 @@ pub enum RetryPolicyError {
 }
 
 impl RetryPolicy {
+    /// A policy, checked: one out of bounds cannot be made, so no store
+    /// checks it again.
+    pub const fn new(
+        max_retries: u32,
+        initial_backoff_ms: u64,
+        backoff_multiplier: u32,
+        backoff_cap_ms: u64,
+    ) -> Result<Self, RetryPolicyError> {
+        let policy = Self {
+            max_retries,
+            initial_backoff_ms,
+            backoff_multiplier,
+            backoff_cap_ms,
+        };
+        match policy.validate() {
+            Ok(()) => Ok(policy),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Retries after the first invocation.
+    #[must_use]
+    pub const fn max_retries(&self) -> u32 {
+        self.max_retries
+    }
+
+    /// Wait before the first retry, in ms.
+    #[must_use]
+    pub const fn initial_backoff_ms(&self) -> u64 {
+        self.initial_backoff_ms
+    }
+
+    /// Each further wait is this many times longer.
+    #[must_use]
+    pub const fn backoff_multiplier(&self) -> u32 {
+        self.backoff_multiplier
+    }
+
+    /// No wait is longer, in ms.
+    #[must_use]
+    pub const fn backoff_cap_ms(&self) -> u64 {
+        self.backoff_cap_ms
+    }
+
     /// Check every bound, in the order max_retries, cap, initial, multiplier
     /// (the cap first because the initial wait is bounded by it).
-    pub fn validate(&self) -> Result<(), RetryPolicyError> {
+    const fn validate(&self) -> Result<(), RetryPolicyError> {
         if self.max_retries > MAX_RETRIES_LIMIT {
             return Err(RetryPolicyError::MaxRetries);
         }

@@ -30,7 +30,7 @@ impl SettlementFailureReason {
 
 /// Normalized outcome accepted by durable settlement routing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SettlementRoutingInput {
+pub enum Outcome {
     /// The rail durably accepted the settlement.
     Accepted { transcript_id: TranscriptId },
     /// The observation legitimately requires no settlement work.
@@ -45,7 +45,7 @@ pub enum SettlementRoutingInput {
     Permanent { reason: SettlementFailureReason },
 }
 
-impl SettlementRoutingInput {
+impl Outcome {
     /// The outcome kind label used in history entries.
     #[must_use]
     pub const fn kind(&self) -> &'static str {
@@ -79,8 +79,7 @@ impl SettlementRoutingInput {
 /// What the server did with an outcome, recorded atomically with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-#[schema(as = Route)]
-pub enum SettlementRoute {
+pub enum Route {
     /// Finished: the receipt is settled (`accepted`) or skipped; nothing more to do.
     #[schema(title = "NoActionRoute")]
     NoAction,
@@ -114,7 +113,7 @@ struct RouteWire {
     attempts: Option<u32>,
 }
 
-impl<'de> Deserialize<'de> for SettlementRoute {
+impl<'de> Deserialize<'de> for Route {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let wire = RouteWire::deserialize(deserializer)?;
@@ -138,7 +137,7 @@ impl<'de> Deserialize<'de> for SettlementRoute {
     }
 }
 
-impl SettlementRoute {
+impl Route {
     /// The route kind label used in history entries.
     #[must_use]
     pub const fn kind(&self) -> &'static str {
@@ -152,7 +151,7 @@ impl SettlementRoute {
 
 /// Bounded class for settlement routing failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettlementRouteErrorClass {
+pub enum StoreErrorClass {
     /// Persistence backend failure.
     Backend,
     /// Lease, version, or terminal-state conflict.
@@ -181,7 +180,7 @@ pub enum ConflictKind {
 
 /// Failure returned by the durable settlement store.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum SettlementRouteError {
+pub enum StoreError {
     #[error("settlement routing backend failure: {detail}")]
     Backend { detail: String },
     #[error("settlement routing conflict: {detail}")]
@@ -190,14 +189,14 @@ pub enum SettlementRouteError {
     InvalidRecord { detail: String },
 }
 
-impl SettlementRouteError {
+impl StoreError {
     /// Return the stable class suitable for bounded telemetry.
     #[must_use]
-    pub const fn class(&self) -> SettlementRouteErrorClass {
+    pub const fn class(&self) -> StoreErrorClass {
         match self {
-            Self::Backend { .. } => SettlementRouteErrorClass::Backend,
-            Self::Conflict { .. } => SettlementRouteErrorClass::Conflict,
-            Self::InvalidRecord { .. } => SettlementRouteErrorClass::InvalidRecord,
+            Self::Backend { .. } => StoreErrorClass::Backend,
+            Self::Conflict { .. } => StoreErrorClass::Conflict,
+            Self::InvalidRecord { .. } => StoreErrorClass::InvalidRecord,
         }
     }
 
@@ -256,16 +255,16 @@ mod tests {
     fn outcome_store_error_classes_are_bounded() {
         let cases = [
             (
-                SettlementRouteError::backend("db unavailable"),
-                SettlementRouteErrorClass::Backend,
+                StoreError::backend("db unavailable"),
+                StoreErrorClass::Backend,
             ),
             (
-                SettlementRouteError::conflict(ConflictKind::LeaseMismatch, "stale lease"),
-                SettlementRouteErrorClass::Conflict,
+                StoreError::conflict(ConflictKind::LeaseMismatch, "stale lease"),
+                StoreErrorClass::Conflict,
             ),
             (
-                SettlementRouteError::invalid_record("negative counter"),
-                SettlementRouteErrorClass::InvalidRecord,
+                StoreError::invalid_record("negative counter"),
+                StoreErrorClass::InvalidRecord,
             ),
         ];
         for (error, expected) in cases {
@@ -276,32 +275,26 @@ mod tests {
     #[test]
     fn routes_serialize_as_the_documented_objects() {
         let cases = [
+            (Route::NoAction, serde_json::json!({"kind": "no_action"})),
             (
-                SettlementRoute::NoAction,
-                serde_json::json!({"kind": "no_action"}),
-            ),
-            (
-                SettlementRoute::RetryScheduled {
+                Route::RetryScheduled {
                     attempt: 1,
                     next_visible_at_ms: 350,
                 },
                 serde_json::json!({"kind": "retry_scheduled", "attempt": 1, "next_visible_at_ms": 350}),
             ),
             (
-                SettlementRoute::DeadLettered { attempts: 6 },
+                Route::DeadLettered { attempts: 6 },
                 serde_json::json!({"kind": "dead_lettered", "attempts": 6}),
             ),
         ];
         for (route, json) in cases {
             assert_eq!(serde_json::to_value(route).unwrap(), json);
             let text = json.to_string();
-            assert_eq!(
-                serde_json::from_str::<SettlementRoute>(&text).unwrap(),
-                route
-            );
+            assert_eq!(serde_json::from_str::<Route>(&text).unwrap(), route);
         }
-        assert!(serde_json::from_str::<SettlementRoute>(r#"{"kind":"retry_scheduled"}"#).is_err());
-        assert!(serde_json::from_str::<SettlementRoute>(r#"{"kind":"nope"}"#).is_err());
+        assert!(serde_json::from_str::<Route>(r#"{"kind":"retry_scheduled"}"#).is_err());
+        assert!(serde_json::from_str::<Route>(r#"{"kind":"nope"}"#).is_err());
     }
 
     #[test]

@@ -12,28 +12,35 @@ pub enum IdError {
     Length,
     #[error("must not contain control characters")]
     ControlCharacter,
+    #[error("must not be `.` or `..` (they cannot be addressed in a URL path)")]
+    Dots,
 }
 
-fn check_id(value: &str) -> Result<(), IdError> {
+fn check_id(value: &str, addressed_in_paths: bool) -> Result<(), IdError> {
     if value.is_empty() || value.len() > MAX_ID_BYTES {
         return Err(IdError::Length);
     }
     if value.chars().any(char::is_control) {
         return Err(IdError::ControlCharacter);
     }
+    // URL clients normalize `.` and `..` away: such an id could never be
+    // looked up.
+    if addressed_in_paths && (value == "." || value == "..") {
+        return Err(IdError::Dots);
+    }
     Ok(())
 }
 
 macro_rules! bounded_id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident, addressed_in_paths: $paths:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(String);
 
         impl $name {
-            /// Check 1..=512 bytes and no control characters.
+            /// Check the bounds.
             pub fn parse(value: &str) -> Result<Self, IdError> {
-                check_id(value)?;
+                check_id(value, $paths)?;
                 Ok(Self(value.to_owned()))
             }
 
@@ -47,13 +54,54 @@ macro_rules! bounded_id {
 }
 
 bounded_id!(
-    /// A receipt id: 1..=512 UTF-8 bytes, no control characters.
-    ReceiptId
+    /// A receipt id: 1..=512 UTF-8 bytes, no control characters, not `.`
+    /// or `..`.
+    ReceiptId,
+    addressed_in_paths: true
 );
 bounded_id!(
     /// A rail transcript id: 1..=512 UTF-8 bytes, no control characters.
-    TranscriptId
+    TranscriptId,
+    addressed_in_paths: false
 );
+
+/// Ids compare with the text they hold.
+macro_rules! compares_with_text {
+    ($($name:ty),*) => {$(
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    )*};
+}
+
+compares_with_text!(
+    ReceiptId,
+    TranscriptId,
+    super::WorkerId,
+    super::LeaseToken,
+    super::GroupName
+);
+
+impl std::fmt::Display for ReceiptId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl ReceiptId {
+    /// One the store holds: it was parsed before it was written.
+    pub(crate) const fn from_stored(value: String) -> Self {
+        Self(value)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -88,5 +136,14 @@ mod tests {
             assert_eq!(TranscriptId::parse(bad), Err(IdError::ControlCharacter));
         }
         assert!(ReceiptId::parse("a/b %2F ../é").is_ok());
+    }
+
+    #[test]
+    fn receipt_ids_that_a_url_path_cannot_hold_are_refused() {
+        for dots in [".", ".."] {
+            assert_eq!(ReceiptId::parse(dots), Err(IdError::Dots));
+            assert!(TranscriptId::parse(dots).is_ok());
+        }
+        assert!(ReceiptId::parse("...").is_ok());
     }
 }

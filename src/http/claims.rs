@@ -14,8 +14,8 @@ use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
 use super::waiting::FALLBACK_POLL;
-use super::wire::{self, MAX_WAIT_MS};
-use crate::domain::{ClaimLimit, LeaseMs, SettlementAttemptClaim};
+use super::wire::{self, ClaimBody, MAX_WAIT_MS};
+use crate::domain::{ClaimLimit, LeaseMs};
 use crate::store::{DueClaims, ReceiptClaim};
 
 /// Routes of this module.
@@ -58,7 +58,7 @@ const MAX_CLAIM_GROUPS: usize = 100;
 /// (each group's oldest due first); empty when nothing is due.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClaimsOut {
-    pub claims: Vec<SettlementAttemptClaim>,
+    pub claims: Vec<ClaimBody>,
     /// Present when a group's rate limit held due work back: a claim after
     /// this many ms may get more (a long poll waits for it itself).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,9 +141,9 @@ async fn claim_batch(
         drop(turn);
         let now = Instant::now();
         if !due.claims.is_empty() || now >= deadline || app.shutting_down() {
-            app.metrics.claimed(due.claims.len());
+            app.metrics.claimed(&due.claims);
             return Ok(Json(ClaimsOut {
-                claims: due.claims,
+                claims: due.claims.into_iter().map(ClaimBody::from).collect(),
                 look_again_ms: due.look_again_ms,
             }));
         }
@@ -189,7 +189,7 @@ pub struct ClaimOneIn {
     params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = ClaimOneIn,
     responses(
-        (status = 200, description = "Claimed", body = SettlementAttemptClaim),
+        (status = 200, description = "Claimed", body = ClaimBody),
         (status = 404, description = "Unknown, or no active work (finished)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Held by a live lease, or not yet visible", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A bound is broken", body = Problem, content_type = "application/problem+json"),
@@ -198,7 +198,7 @@ async fn claim_one(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<ClaimOneIn>,
-) -> Result<Json<SettlementAttemptClaim>, ApiError> {
+) -> Result<Json<ClaimBody>, ApiError> {
     let id = wire::parse_receipt_id(&id)?;
     let worker = wire::parse_worker_id(&body.worker_id)?;
     let lease = LeaseMs::try_from(body.lease_ms)?;
@@ -208,8 +208,8 @@ async fn claim_one(
         .await?
     {
         ReceiptClaim::Claimed(claim) => {
-            app.metrics.claimed(1);
-            Ok(Json(claim))
+            app.metrics.claimed([&claim]);
+            Ok(Json(claim.into()))
         }
         ReceiptClaim::Leased => Err(ApiError::conflict(
             ProblemCode::ReceiptLeased,

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{ConflictKind, IdError, SettlementClaimValidationError, SettlementRouteError};
+use crate::domain::{ConflictKind, IdError, SettlementClaimValidationError, StoreError};
 
 /// An RFC 9457 problem with a stable machine `code` and an error `class`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -221,10 +221,10 @@ impl ApiError {
     }
 }
 
-impl From<SettlementRouteError> for ApiError {
-    fn from(error: SettlementRouteError) -> Self {
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
         match error {
-            SettlementRouteError::Conflict { kind, detail } => {
+            StoreError::Conflict { kind, detail } => {
                 let code = match kind {
                     ConflictKind::LeaseMismatch => ProblemCode::LeaseConflict,
                     ConflictKind::LeaseExpired => ProblemCode::LeaseExpired,
@@ -234,7 +234,7 @@ impl From<SettlementRouteError> for ApiError {
                 };
                 Self::conflict(code, detail)
             }
-            SettlementRouteError::InvalidRecord { detail } => {
+            StoreError::InvalidRecord { detail } => {
                 let mut error = Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     ProblemCode::InvalidRecord,
@@ -244,7 +244,7 @@ impl From<SettlementRouteError> for ApiError {
                 error.internal = Some(Internal::InvalidRecord(detail));
                 error
             }
-            SettlementRouteError::Backend { detail } => Self::unavailable(&detail),
+            StoreError::Backend { detail } => Self::unavailable(&detail),
         }
     }
 }
@@ -253,6 +253,7 @@ impl From<SettlementClaimValidationError> for ApiError {
     fn from(error: SettlementClaimValidationError) -> Self {
         let code = match error {
             SettlementClaimValidationError::WorkerIdLength => ProblemCode::WorkerIdLength,
+            SettlementClaimValidationError::WorkerIdText => ProblemCode::InvalidWorkerId,
             SettlementClaimValidationError::LeaseDuration => ProblemCode::LeaseDuration,
             SettlementClaimValidationError::ClaimBatch => ProblemCode::ClaimBatch,
         };

@@ -31,7 +31,7 @@ use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
 use super::metrics::SharedMetrics;
-use crate::domain::SettlementRouteError;
+use crate::domain::StoreError;
 use crate::store::{FeedEntry, FeedPosition, FeedRead, FeedStart, StoreResult};
 
 /// Default and largest page size.
@@ -206,7 +206,7 @@ async fn detached(app: &AppState, start: FeedStart, limit: usize) -> StoreResult
     tokio::spawn(async move { store.history_feed(start, limit).await })
         .await
         .unwrap_or_else(|e| {
-            Err(SettlementRouteError::backend(format!(
+            Err(StoreError::backend(format!(
                 "the history feed read failed: {e}"
             )))
         })

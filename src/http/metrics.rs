@@ -1,7 +1,7 @@
 //! Prometheus metrics, one registry per server (so tests can run several).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use axum::extract::State;
 use axum::http::header;
@@ -15,7 +15,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::SettlementRoute;
+use crate::domain::{Claimed, Route};
 use crate::store::{Acted, ActionResult, ReceiptState, StatusView};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,7 +62,6 @@ pub struct Metrics {
     conflicts: Counter,
     actions: Family<ActionLabels, Counter>,
     expiries: Counter,
-    expiries_seen: AtomicU64,
     receipts: Family<StateLabels, Gauge>,
     scheduled: Gauge,
     oldest_due: Gauge<f64, AtomicU64>,
@@ -187,7 +186,6 @@ impl Default for Metrics {
             conflicts,
             actions,
             expiries,
-            expiries_seen: AtomicU64::new(0),
             receipts,
             scheduled,
             oldest_due,
@@ -214,13 +212,19 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// `n` receipts leased.
-    pub fn claimed(&self, n: usize) {
-        self.claims.inc_by(n as u64);
+    /// Receipts leased; those taken over from an expired lease count as
+    /// lease expiries too.
+    pub fn claimed<'a>(&self, claims: impl IntoIterator<Item = &'a Claimed>) {
+        for claimed in claims {
+            self.claims.inc();
+            if claimed.after_expiry {
+                self.expiries.inc();
+            }
+        }
     }
 
     /// One committed outcome.
-    pub fn routed(&self, route: &SettlementRoute) {
+    pub fn routed(&self, route: &Route) {
         self.outcomes
             .get_or_create(&OutcomeLabels {
                 route: route.kind().to_owned(),
@@ -261,9 +265,7 @@ impl Metrics {
     }
 
     /// Refresh the gauges from a status snapshot and render everything.
-    pub fn render(&self, status: &StatusView, expiries_total: u64) -> String {
-        let seen = self.expiries_seen.swap(expiries_total, Ordering::Relaxed);
-        self.expiries.inc_by(expiries_total.saturating_sub(seen));
+    pub fn render(&self, status: &StatusView) -> String {
         for state in ReceiptState::ALL {
             let n = i64::try_from(status.counts.get(state)).unwrap_or(i64::MAX);
             self.receipts
@@ -306,9 +308,7 @@ impl Metrics {
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let status = app.store.status_at_a_glance(app.now(), 1).await?;
-    let body = app
-        .metrics
-        .render(&status, app.store.lease_expiries_observed());
+    let body = app.metrics.render(&status);
     Ok((
         [(
             header::CONTENT_TYPE,

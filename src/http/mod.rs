@@ -137,7 +137,7 @@ impl AppState {
     /// Turn a store result into an API result, counting refused writes.
     fn checked<T>(&self, result: crate::store::StoreResult<T>) -> Result<T, ApiError> {
         result.map_err(|e| {
-            if e.class() == crate::domain::SettlementRouteErrorClass::Conflict {
+            if e.class() == crate::domain::StoreErrorClass::Conflict {
                 self.metrics.conflict();
                 self.tally(&crate::store::StatsCounts {
                     conflicts: 1,
@@ -151,9 +151,9 @@ impl AppState {
     /// [`Self::checked`], counting the committed route of `input` too.
     fn count(
         &self,
-        result: crate::store::StoreResult<crate::domain::SettlementRoute>,
-        input: &crate::domain::SettlementRoutingInput,
-    ) -> Result<crate::domain::SettlementRoute, ApiError> {
+        result: crate::store::StoreResult<crate::domain::Route>,
+        input: &crate::domain::Outcome,
+    ) -> Result<crate::domain::Route, ApiError> {
         let route = self.checked(result)?;
         self.metrics.routed(&route);
         self.tally(&stats::routed(input, &route));

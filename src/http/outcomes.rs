@@ -12,8 +12,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
-use super::wire::{self, OutcomeRequest, OutcomeResult};
-use crate::domain::{LeaseMs, SettlementAttemptClaim, SettlementRoute};
+use super::wire::{self, ClaimBody, OutcomeRequest, OutcomeResult};
+use crate::domain::{LeaseMs, Route};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -33,7 +33,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = OutcomeRequest,
     responses(
-        (status = 200, description = "What the store did", body = SettlementRoute),
+        (status = 200, description = "What the store did", body = Route),
         (status = 409, description = "Stale, forged or expired claim, or no active work", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid, or path id differs from claim.receipt_id", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -41,7 +41,7 @@ async fn record_one(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<OutcomeRequest>,
-) -> Result<Json<SettlementRoute>, ApiError> {
+) -> Result<Json<Route>, ApiError> {
     wire::parse_receipt_id(&id)?;
     let (claim, outcome) = body.parse(Some(&id))?;
     let route = app
@@ -93,7 +93,7 @@ async fn record_batch(
             }
         };
         results.push(OutcomeResult {
-            receipt_id: Some(pair.0.receipt_id.clone()),
+            receipt_id: Some(pair.0.receipt_id.as_str().to_owned()),
             route: None,
             error: None,
         });
@@ -120,7 +120,7 @@ async fn record_batch(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseExtendIn {
-    pub claim: SettlementAttemptClaim,
+    pub claim: ClaimBody,
     /// New lease length from now: 1..=86400000 ms.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub extend_ms: u64,
@@ -130,7 +130,7 @@ pub struct LeaseExtendIn {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseReleaseIn {
-    pub claim: SettlementAttemptClaim,
+    pub claim: ClaimBody,
 }
 
 /// Extend a live lease to now + `extend_ms`; token and version stay the same.
@@ -138,7 +138,7 @@ pub struct LeaseReleaseIn {
     params(("id" = String, Path, description = "Receipt id; must equal claim.receipt_id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
     request_body = LeaseExtendIn,
     responses(
-        (status = 200, description = "The claim with its new lease_until_ms", body = SettlementAttemptClaim),
+        (status = 200, description = "The claim with its new lease_until_ms", body = ClaimBody),
         (status = 409, description = "Stale, forged or expired claim", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -146,13 +146,14 @@ async fn extend_lease(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<LeaseExtendIn>,
-) -> Result<Json<SettlementAttemptClaim>, ApiError> {
+) -> Result<Json<ClaimBody>, ApiError> {
     wire::parse_receipt_id(&id)?;
     let claim = wire::parse_claim(body.claim, Some(&id))?;
     let extend = LeaseMs::try_from(body.extend_ms)?;
-    Ok(Json(app.checked(
-        app.store.extend_lease(&claim, extend, app.now()).await,
-    )?))
+    Ok(Json(
+        app.checked(app.store.extend_lease(&claim, extend, app.now()).await)?
+            .into(),
+    ))
 }
 
 /// Release a live lease without using up an attempt: the receipt is due again at once.

@@ -22,7 +22,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
-use crate::domain::{SettlementRoute, SettlementRoutingInput};
+use crate::domain::{Outcome, Route};
 use crate::store::{
     STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, StoreResult, minute_of,
 };
@@ -77,13 +77,13 @@ impl Recorder {
 
 /// What one committed outcome counts as.
 #[must_use]
-pub fn routed(input: &SettlementRoutingInput, route: &SettlementRoute) -> StatsCounts {
+pub fn routed(input: &Outcome, route: &Route) -> StatsCounts {
     let mut delta = StatsCounts::default();
     match (route, input) {
-        (SettlementRoute::NoAction, SettlementRoutingInput::Skipped { .. }) => delta.skipped = 1,
-        (SettlementRoute::NoAction, _) => delta.settled = 1,
-        (SettlementRoute::RetryScheduled { .. }, _) => delta.retried = 1,
-        (SettlementRoute::DeadLettered { .. }, _) => delta.dead_lettered = 1,
+        (Route::NoAction, Outcome::Skipped { .. }) => delta.skipped = 1,
+        (Route::NoAction, _) => delta.settled = 1,
+        (Route::RetryScheduled { .. }, _) => delta.retried = 1,
+        (Route::DeadLettered { .. }, _) => delta.dead_lettered = 1,
     }
     delta
 }

@@ -8,9 +8,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem, ProblemCode};
 use crate::domain::{
-    GroupName, Observation, ReceiptId, SettlementAttemptClaim, SettlementFailureCode,
-    SettlementFailureReason, SettlementRoute, SettlementRoutingInput, SettlementSkipReason,
-    TranscriptId, WorkerId,
+    Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, ReceiptId, Route,
+    SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TranscriptId, U63,
+    WorkerId,
 };
 use crate::store::NewReceipt;
 
@@ -102,15 +102,8 @@ impl ReceiptIn {
     }
 }
 
-/// A receipt id from a path or body. `.` and `..` are refused too: URL
-/// clients normalize them away, so such a receipt could never be looked up.
+/// A receipt id from a path or body.
 pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
-    if value == "." || value == ".." {
-        return Err(ApiError::validation(
-            ProblemCode::InvalidReceiptId,
-            "receipt_id must not be `.` or `..` (they cannot be addressed in a URL path)",
-        ));
-    }
     ReceiptId::parse(value)
         .map_err(|e| ApiError::bad_id(ProblemCode::InvalidReceiptId, "receipt_id", e))
 }
@@ -162,14 +155,14 @@ pub enum OutcomeIn {
 
 impl OutcomeIn {
     /// Normalize; the detail text becomes its digest here and goes no further.
-    pub fn parse(self) -> Result<SettlementRoutingInput, ApiError> {
+    pub fn parse(self) -> Result<Outcome, ApiError> {
         Ok(match self {
-            Self::Accepted { transcript_id } => SettlementRoutingInput::Accepted {
+            Self::Accepted { transcript_id } => Outcome::Accepted {
                 transcript_id: TranscriptId::parse(&transcript_id).map_err(|e| {
                     ApiError::bad_id(ProblemCode::InvalidTranscriptId, "transcript_id", e)
                 })?,
             },
-            Self::Skipped { reason } => SettlementRoutingInput::Skipped { reason },
+            Self::Skipped { reason } => Outcome::Skipped { reason },
             Self::Retryable {
                 code,
                 detail,
@@ -181,57 +174,124 @@ impl OutcomeIn {
                         "retry_after_ms must be at most 9223372036854775807",
                     ));
                 }
-                SettlementRoutingInput::Retryable {
+                Outcome::Retryable {
                     reason: SettlementFailureReason::new(code, &detail),
                     retry_after_ms,
                 }
             }
-            Self::Permanent { code, detail } => SettlementRoutingInput::Permanent {
+            Self::Permanent { code, detail } => Outcome::Permanent {
                 reason: SettlementFailureReason::new(code, &detail),
             },
         })
     }
 }
 
-/// A worker id: 1..=128 bytes, and no control characters (they
-/// cannot be stored by every backend and only ever come from a bug).
+/// A worker id: 1..=128 bytes, and no control characters.
 pub fn parse_worker_id(value: &str) -> Result<WorkerId, ApiError> {
-    let worker = WorkerId::parse(value)?;
-    if value.chars().any(char::is_control) {
-        return Err(ApiError::validation(
-            ProblemCode::InvalidWorkerId,
-            "worker_id must not contain control characters",
-        ));
+    Ok(WorkerId::parse(value)?)
+}
+
+/// A claimed receipt: what a worker needs to settle it, and the lease under
+/// which it reports the outcome.
+///
+/// Send it back exactly as received: an outcome, heartbeat or release is
+/// accepted only while every field but `group` and `observation` matches the receipt's
+/// current lease (otherwise a 409 whose code says why, e.g. `lease_conflict`
+/// or `lease_expired`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Claim)]
+pub struct ClaimBody {
+    /// The receipt claimed.
+    pub receipt_id: String,
+    /// The producer's `finalized_at` (Unix seconds).
+    pub finalized_at: u64,
+    /// The receipt's `attempts` when claimed: how many invocations failed
+    /// before this one. This claim is invocation `attempts + 1`, the
+    /// `attempt` its history entry will show.
+    pub attempts: u32,
+    /// Bumped by every claim of the receipt: tells this claim from earlier ones.
+    pub row_version: u64,
+    /// The `worker_id` that claimed it.
+    pub lease_owner: String,
+    /// This lease's secret (unpredictable): proves that an outcome comes from
+    /// this claim. Never shown by `GET /v1/receipts/{id}`.
+    pub lease_token: String,
+    /// The lease ends at this server time (ms, exclusive): report the
+    /// outcome, or extend the lease, before then.
+    pub lease_until_ms: u64,
+    /// The producer's observation exactly as enqueued, or null. Not compared
+    /// when the claim is sent back.
+    #[serde(default)]
+    #[schema(value_type = Option<Observation>)]
+    pub observation: Option<Value>,
+    /// The receipt's group (docs/groups.md), e.g. the rail to settle it on.
+    /// Not compared when the claim is sent back.
+    #[serde(default = "default_group_text")]
+    #[schema(min_length = 1, max_length = 128, default = "default")]
+    pub group: String,
+}
+
+fn default_group_text() -> String {
+    crate::domain::DEFAULT_GROUP.to_owned()
+}
+
+impl From<Claimed> for ClaimBody {
+    fn from(claimed: Claimed) -> Self {
+        let Claimed {
+            claim,
+            observation,
+            group,
+            after_expiry: _,
+        } = claimed;
+        Self {
+            receipt_id: claim.receipt_id.as_str().to_owned(),
+            finalized_at: claim.finalized_at.get(),
+            attempts: claim.attempts,
+            row_version: claim.row_version.get(),
+            lease_owner: claim.lease_owner.as_str().to_owned(),
+            lease_token: claim.lease_token.as_str().to_owned(),
+            lease_until_ms: claim.lease_until_ms.get(),
+            observation,
+            group: group.as_str().to_owned(),
+        }
     }
-    Ok(worker)
+}
+
+/// The claim a worker sent back, checked once; `observation` and `group`
+/// are dropped (they are not compared).
+impl TryFrom<ClaimBody> for Claim {
+    type Error = ApiError;
+    fn try_from(body: ClaimBody) -> Result<Self, ApiError> {
+        let integer = |value: u64| {
+            U63::try_from(value).map_err(|_| {
+                ApiError::validation(
+                    ProblemCode::InvalidClaim,
+                    "claim integers must be at most 9223372036854775807",
+                )
+            })
+        };
+        Ok(Self {
+            receipt_id: parse_receipt_id(&body.receipt_id)?,
+            lease_owner: parse_worker_id(&body.lease_owner)?,
+            lease_token: LeaseToken::parse(&body.lease_token).map_err(|e| {
+                ApiError::validation(ProblemCode::InvalidClaim, format!("claim.{e}"))
+            })?,
+            finalized_at: integer(body.finalized_at)?,
+            attempts: body.attempts,
+            row_version: integer(body.row_version)?,
+            lease_until_ms: integer(body.lease_until_ms)?,
+        })
+    }
 }
 
 /// Check a claim sent back by a worker; `path_id` is the id in the URL, if any.
-pub fn parse_claim(
-    claim: SettlementAttemptClaim,
-    path_id: Option<&str>,
-) -> Result<SettlementAttemptClaim, ApiError> {
-    parse_receipt_id(&claim.receipt_id)?;
-    if path_id.is_some_and(|id| id != claim.receipt_id) {
+pub fn parse_claim(body: ClaimBody, path_id: Option<&str>) -> Result<Claim, ApiError> {
+    let claim = Claim::try_from(body)?;
+    if path_id.is_some_and(|id| id != claim.receipt_id.as_str()) {
         return Err(ApiError::validation(
             ProblemCode::ReceiptIdMismatch,
             "the path id and claim.receipt_id differ",
-        ));
-    }
-    parse_worker_id(&claim.lease_owner)?;
-    if claim.lease_token.is_empty() || claim.lease_token.len() > 256 {
-        return Err(ApiError::validation(
-            ProblemCode::InvalidClaim,
-            "claim.lease_token must be 1..=256 bytes",
-        ));
-    }
-    if ![claim.finalized_at, claim.row_version, claim.lease_until_ms]
-        .into_iter()
-        .all(fits_i64)
-    {
-        return Err(ApiError::validation(
-            ProblemCode::InvalidClaim,
-            "claim integers must be at most 9223372036854775807",
         ));
     }
     Ok(claim)
@@ -242,16 +302,13 @@ pub fn parse_claim(
 #[serde(deny_unknown_fields)]
 pub struct OutcomeRequest {
     /// The claim exactly as received.
-    pub claim: SettlementAttemptClaim,
+    pub claim: ClaimBody,
     pub outcome: OutcomeIn,
 }
 
 impl OutcomeRequest {
     /// Check both parts.
-    pub fn parse(
-        self,
-        path_id: Option<&str>,
-    ) -> Result<(SettlementAttemptClaim, SettlementRoutingInput), ApiError> {
+    pub fn parse(self, path_id: Option<&str>) -> Result<(Claim, Outcome), ApiError> {
         Ok((parse_claim(self.claim, path_id)?, self.outcome.parse()?))
     }
 }
@@ -300,7 +357,7 @@ pub struct OutcomeResult {
     pub receipt_id: Option<String>,
     /// What the server did with the outcome, when it was recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub route: Option<SettlementRoute>,
+    pub route: Option<Route>,
     /// Why the item was refused (then nothing changed for it), e.g. 409
     /// `lease_conflict` for a claim that is no longer the lease, or
     /// `lease_expired` for one sent too late.

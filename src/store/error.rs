@@ -1,8 +1,8 @@
 //! Database errors classified once, for every backend.
 
-use crate::domain::SettlementRouteError;
+use crate::domain::StoreError;
 
-impl From<sqlx::Error> for SettlementRouteError {
+impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match &error {
             // A CHECK or NOT NULL constraint refused a row: the data would be corrupt.
@@ -13,19 +13,17 @@ impl From<sqlx::Error> for SettlementRouteError {
                         | sqlx::error::ErrorKind::NotNullViolation
                 ) =>
             {
-                SettlementRouteError::invalid_record(format!("constraint refused the row: {error}"))
+                StoreError::invalid_record(format!("constraint refused the row: {error}"))
             }
             sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
-                SettlementRouteError::invalid_record(format!(
-                    "stored value does not decode: {error}"
-                ))
+                StoreError::invalid_record(format!("stored value does not decode: {error}"))
             }
-            _ => SettlementRouteError::backend(error.to_string()),
+            _ => StoreError::backend(error.to_string()),
         }
     }
 }
 
-impl From<rusqlite::Error> for SettlementRouteError {
+impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> Self {
         match &error {
             // A CHECK or NOT NULL constraint refused a row: the data would be corrupt.
@@ -36,14 +34,14 @@ impl From<rusqlite::Error> for SettlementRouteError {
                         | rusqlite::ffi::SQLITE_CONSTRAINT_NOTNULL
                 ) =>
             {
-                SettlementRouteError::invalid_record(format!("constraint refused the row: {error}"))
+                StoreError::invalid_record(format!("constraint refused the row: {error}"))
             }
             rusqlite::Error::FromSqlConversionFailure(..)
             | rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..) => SettlementRouteError::invalid_record(
-                format!("stored value does not decode: {error}"),
-            ),
-            _ => SettlementRouteError::backend(error.to_string()),
+            | rusqlite::Error::IntegralValueOutOfRange(..) => {
+                StoreError::invalid_record(format!("stored value does not decode: {error}"))
+            }
+            _ => StoreError::backend(error.to_string()),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::migrate::MigrateError;
 use sqlx::postgres::PgConnectOptions;
 
-use crate::domain::SettlementRouteError;
+use crate::domain::StoreError;
 
 /// The database's own words for `error`, without sqlx's wrapping (and
 /// without PostgreSQL's "at line N" of its own source code).
@@ -44,7 +44,7 @@ pub fn code_of(error: &sqlx::Error) -> Option<String> {
 }
 
 /// The SQLite database at `path` could not be opened or migrated.
-pub fn sqlite(path: &Path, cause: &str) -> SettlementRouteError {
+pub fn sqlite(path: &Path, cause: &str) -> StoreError {
     let shown = if path.is_relative() {
         match std::env::current_dir() {
             Ok(cwd) => format!("{} (in {})", path.display(), cwd.display()),
@@ -76,7 +76,7 @@ pub fn sqlite(path: &Path, cause: &str) -> SettlementRouteError {
             dir.display()
         )
     };
-    SettlementRouteError::backend(format!(
+    StoreError::backend(format!(
         "cannot open the SQLite database {shown}: {cause}. Hint: {hint}"
     ))
 }
@@ -97,7 +97,7 @@ pub fn pg_database(options: &PgConnectOptions) -> &str {
 }
 
 /// The first connection to PostgreSQL failed.
-pub fn pg_connect(options: &PgConnectOptions, error: &sqlx::Error) -> SettlementRouteError {
+pub fn pg_connect(options: &PgConnectOptions, error: &sqlx::Error) -> StoreError {
     let at = pg_address(options);
     let (host, port, user) = (
         options.get_host(),
@@ -135,12 +135,12 @@ pub fn pg_connect(options: &PgConnectOptions, error: &sqlx::Error) -> Settlement
             cause(other)
         ),
     };
-    SettlementRouteError::backend(message)
+    StoreError::backend(message)
 }
 
 /// The first connection to PostgreSQL did not complete in time.
-pub fn pg_connect_timeout(options: &PgConnectOptions, timeout: Duration) -> SettlementRouteError {
-    SettlementRouteError::backend(format!(
+pub fn pg_connect_timeout(options: &PgConnectOptions, timeout: Duration) -> StoreError {
+    StoreError::backend(format!(
         "cannot connect to PostgreSQL at {}: no answer within {} ms (--pg-connect-timeout-ms). \
          Hint: check the host and port of --database-url, and any firewall in between",
         pg_address(options),
@@ -155,7 +155,7 @@ pub fn pg_schema(
     schema_existed: bool,
     cause: &str,
     code: Option<&str>,
-) -> SettlementRouteError {
+) -> StoreError {
     let (at, user, database) = (
         pg_address(options),
         options.get_username(),
@@ -173,7 +173,7 @@ pub fn pg_schema(
         ),
         _ => String::new(),
     };
-    SettlementRouteError::backend(format!(
+    StoreError::backend(format!(
         "cannot prepare PostgreSQL schema \"{schema}\" of database \"{database}\" at {at}: \
          {cause}{hint}"
     ))

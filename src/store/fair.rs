@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::StoreResult;
 use crate::domain::{
-    Candidate, GroupLimits, Rate, SettlementRouteError, allowance, next_depths, round_robin,
+    Candidate, GroupLimits, Rate, StoreError, allowance, next_depths, round_robin,
 };
 
 /// A `receipt_groups` row as a claim reads it.
@@ -38,9 +38,8 @@ pub fn limits(
     rate: Option<f64>,
     burst: Option<i64>,
 ) -> StoreResult<GroupLimits> {
-    let corrupt = |what: &str| {
-        SettlementRouteError::invalid_record(format!("stored group {what} is out of range"))
-    };
+    let corrupt =
+        |what: &str| StoreError::invalid_record(format!("stored group {what} is out of range"));
     let max_leased = max_leased
         .map(|m| u64::try_from(m).map_err(|_| corrupt("max_leased")))
         .transpose()?;

@@ -13,6 +13,7 @@ mod rules;
 pub mod search;
 pub mod sqlite;
 mod stats;
+mod status;
 mod views;
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
-pub use connect::open_store;
+pub use connect::{OpenError, open_store};
 pub use fair::DueClaims;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
 pub use group_list::{GLANCE_GROUPS, GroupQuery};
@@ -30,13 +31,12 @@ pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute
 pub use views::*;
 
 use crate::domain::{
-    ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim,
-    SettlementRoute, SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding,
-    WorkerId,
+    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
+    Route, SettlementStoreBinding, StoreError, WorkerId,
 };
 
 /// Shorthand for store results.
-pub type StoreResult<T> = Result<T, SettlementRouteError>;
+pub type StoreResult<T> = Result<T, StoreError>;
 
 /// A receipt as a producer hands it over, already validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +67,7 @@ pub enum Enqueued {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiptClaim {
     /// Leased to the caller.
-    Claimed(SettlementAttemptClaim),
+    Claimed(Claimed),
     /// A live lease holds it.
     Leased,
     /// It is not visible yet (`next_visible_at_ms` in the future).
@@ -143,7 +143,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
-    ) -> StoreResult<DueClaims<SettlementAttemptClaim>>;
+    ) -> StoreResult<DueClaims<Claimed>>;
 
     /// The groups `query` asks for, by name, with their limits and figures
     /// at `now_ms`.
@@ -165,21 +165,21 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// any retry visibility deadline.
     async fn record_claimed_outcomes(
         &self,
-        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        outcomes: &[(Claim, Outcome)],
         policy: RetryPolicy,
         observed_at_ms: u64,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>>;
+    ) -> StoreResult<Vec<StoreResult<Route>>>;
 
     /// Move the lease deadline to `now + extend_ms`; same token and version.
     async fn extend_lease(
         &self,
-        claim: &SettlementAttemptClaim,
+        claim: &Claim,
         extend_ms: LeaseMs,
         now_ms: u64,
-    ) -> StoreResult<SettlementAttemptClaim>;
+    ) -> StoreResult<Claimed>;
 
     /// Give the lease back: due again at once, attempts unchanged.
-    async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()>;
+    async fn release_lease(&self, claim: &Claim, now_ms: u64) -> StoreResult<()>;
 
     /// A receipt's state and history.
     async fn receipt(
@@ -220,9 +220,6 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// work and dead letters are never touched.
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64>;
 
-    /// Leases found expired when their receipt was claimed again, since start.
-    fn lease_expiries_observed(&self) -> u64;
-
     // The history feed (GET /v1/history).
 
     /// Up to `limit` history entries after `start` in commit order, across
@@ -262,18 +259,18 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
     /// Commit one outcome (see [`SettlementOutcomeStore::record_claimed_outcomes`]).
     pub async fn record_claimed_outcome(
         &self,
-        claim: &SettlementAttemptClaim,
-        outcome: &SettlementRoutingInput,
+        claim: &Claim,
+        outcome: &Outcome,
         policy: RetryPolicy,
         observed_at_ms: u64,
-    ) -> StoreResult<SettlementRoute> {
+    ) -> StoreResult<Route> {
         let items = [(claim.clone(), outcome.clone())];
         let mut results = self
             .record_claimed_outcomes(&items, policy, observed_at_ms)
             .await?;
         results
             .pop()
-            .unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+            .unwrap_or_else(|| Err(StoreError::backend("no result")))
     }
 
     /// Claim up to `limit` due receipts of every group (see
@@ -284,7 +281,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         now_ms: u64,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
-    ) -> StoreResult<Vec<SettlementAttemptClaim>> {
+    ) -> StoreResult<Vec<Claimed>> {
         let due = self
             .claim_from(worker_id, now_ms, lease_ms, limit, &[])
             .await?;
@@ -320,7 +317,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         let mut results = self.enqueue(std::slice::from_ref(receipt), now_ms).await?;
         results
             .pop()
-            .ok_or_else(|| SettlementRouteError::backend("no result"))
+            .ok_or_else(|| StoreError::backend("no result"))
     }
 }
 

@@ -7,7 +7,8 @@ use super::{
     DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptState, ReceiptView, StoreResult,
 };
 use crate::domain::{
-    SettlementAttemptClaim, SettlementFailureCode, SettlementRouteError, SettlementSkipReason,
+    Claim, Claimed, GroupName, LeaseToken, ReceiptId, SettlementFailureCode, SettlementSkipReason,
+    StoreError, U63, WorkerId,
 };
 
 /// Every column of `receipts` that the store reads.
@@ -73,8 +74,8 @@ pub struct HistoryRow {
     pub retry_after_ms: Option<i64>,
 }
 
-fn corrupt(what: &str) -> SettlementRouteError {
-    SettlementRouteError::invalid_record(format!("stored {what} is out of range"))
+fn corrupt(what: &str) -> StoreError {
+    StoreError::invalid_record(format!("stored {what} is out of range"))
 }
 
 /// A stored integer as `u64`.
@@ -83,6 +84,10 @@ pub fn to_u64(value: i64, what: &str) -> StoreResult<u64> {
 }
 
 /// A stored integer as `u32`.
+pub fn to_u63(value: i64, what: &str) -> StoreResult<U63> {
+    U63::try_from(value).map_err(|_| corrupt(what))
+}
+
 pub fn to_u32(value: i64, what: &str) -> StoreResult<u32> {
     u32::try_from(value).map_err(|_| corrupt(what))
 }
@@ -90,7 +95,7 @@ pub fn to_u32(value: i64, what: &str) -> StoreResult<u32> {
 /// A value bound for the database as `i64`; one that does not fit is refused.
 pub fn to_i64(value: u64, what: &str) -> StoreResult<i64> {
     i64::try_from(value).map_err(|_| {
-        SettlementRouteError::invalid_record(format!("{what} does not fit a signed 64-bit integer"))
+        StoreError::invalid_record(format!("{what} does not fit a signed 64-bit integer"))
     })
 }
 
@@ -129,26 +134,28 @@ impl ReceiptRow {
     }
 
     /// The persisted claim, for rows that carry a lease.
-    pub fn claim(&self) -> StoreResult<SettlementAttemptClaim> {
+    pub fn claimed(&self) -> StoreResult<Claimed> {
         let (Some(owner), Some(token), Some(until)) =
             (&self.lease_owner, &self.lease_token, self.lease_until_ms)
         else {
             return Err(corrupt("lease"));
         };
-        Ok(SettlementAttemptClaim {
-            receipt_id: self.receipt_id.clone(),
-            finalized_at: to_u64(self.finalized_at, "finalized_at")?,
-            attempts: to_u32(self.attempts, "attempts")?,
-            row_version: to_u64(self.row_version, "row_version")?,
-            lease_owner: owner.clone(),
-            lease_token: token.clone(),
-            lease_until_ms: to_u64(until, "lease_until_ms")?,
+        Ok(Claimed {
+            claim: Claim {
+                receipt_id: ReceiptId::from_stored(self.receipt_id.clone()),
+                finalized_at: to_u63(self.finalized_at, "finalized_at")?,
+                attempts: to_u32(self.attempts, "attempts")?,
+                row_version: to_u63(self.row_version, "row_version")?,
+                lease_owner: WorkerId::from_stored(owner.clone()),
+                lease_token: LeaseToken::from_stored(token.clone()),
+                lease_until_ms: to_u63(until, "lease_until_ms")?,
+            },
             observation: observation(self.observation.as_deref())?,
-            group: self.receipt_group.clone(),
+            group: GroupName::from_stored(self.receipt_group.clone()),
+            after_expiry: false,
         })
     }
 
-    /// The dead letter, for dead-lettered rows.
     pub fn dead_letter(&self) -> StoreResult<Option<DeadLetter>> {
         if self.status != "dead_lettered" {
             return Ok(None);

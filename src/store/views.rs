@@ -293,7 +293,7 @@ pub struct StatusView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{SettlementRoute, SettlementRoutingInput, TranscriptId};
+    use crate::domain::{Outcome, Route, TranscriptId};
 
     fn label<T: Serialize>(value: T) -> String {
         serde_json::to_value(value)
@@ -306,33 +306,32 @@ mod tests {
     /// History rows hold these labels as text: the documented enums must name them all.
     #[test]
     fn history_labels_are_the_documented_enums() {
-        let outcome = SettlementRoutingInput::Accepted {
+        let outcome = Outcome::Accepted {
             transcript_id: TranscriptId::parse("tx").unwrap(),
         };
         let failure = crate::domain::SettlementFailureReason::new(SettlementFailureCode::Rpc, "");
         let outcomes = [
             outcome.kind(),
-            SettlementRoutingInput::Skipped {
+            Outcome::Skipped {
                 reason: SettlementSkipReason::Denied,
             }
             .kind(),
-            SettlementRoutingInput::Retryable {
+            Outcome::Retryable {
                 reason: failure.clone(),
                 retry_after_ms: None,
             }
             .kind(),
-            SettlementRoutingInput::Permanent { reason: failure }.kind(),
+            Outcome::Permanent { reason: failure }.kind(),
         ];
-        let claim = crate::domain::SettlementAttemptClaim {
-            receipt_id: "r".into(),
-            finalized_at: 1,
+        let one = crate::domain::U63::from(1_u32);
+        let claim = crate::domain::Claim {
+            receipt_id: crate::domain::ReceiptId::parse("r").unwrap(),
+            finalized_at: one,
             attempts: 0,
-            row_version: 1,
-            lease_owner: "w".into(),
-            lease_token: "t".into(),
-            lease_until_ms: 1,
-            observation: None,
-            group: "default".into(),
+            row_version: one,
+            lease_owner: crate::domain::WorkerId::parse("w").unwrap(),
+            lease_token: crate::domain::LeaseToken::parse("t").unwrap(),
+            lease_until_ms: one,
         };
         use super::super::actions::OperatorAction;
         let operator = [
@@ -363,12 +362,12 @@ mod tests {
         );
 
         let routes = [
-            SettlementRoute::NoAction,
-            SettlementRoute::RetryScheduled {
+            Route::NoAction,
+            Route::RetryScheduled {
                 attempt: 1,
                 next_visible_at_ms: 1,
             },
-            SettlementRoute::DeadLettered { attempts: 1 },
+            Route::DeadLettered { attempts: 1 },
         ]
         .map(|r| r.kind());
         let documented = [

@@ -1,7 +1,7 @@
 //! Operators' actions (docs/operators.md, "Act on many receipts"): hold,
 //! unhold, cancel and redrive, each judged on its own row, with history.
 
-use settled::domain::{RetryPolicy, SettlementFailureCode, SettlementRouteErrorClass};
+use settled::domain::{RetryPolicy, SettlementFailureCode, StoreErrorClass};
 use settled::store::{Acted, ActionRefusal, OperatorAction, ReceiptClaim, ReceiptState};
 
 use super::support::*;
@@ -172,10 +172,7 @@ async fn cancel_finishes_for_good_and_refuses_what_it_must(fresh: Fresh) {
         T0 + 1_001,
     )
     .await;
-    assert_eq!(
-        late.unwrap_err().class(),
-        SettlementRouteErrorClass::Conflict
-    );
+    assert_eq!(late.unwrap_err().class(), StoreErrorClass::Conflict);
     // Enqueue stays idempotent; nothing claims it again; it is counted.
     let again = store(&fresh)
         .enqueue(&[receipt("pending")], T0 + 5)

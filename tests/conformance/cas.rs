@@ -2,9 +2,9 @@
 //! forged, expired and racing writers conflict and change nothing; identical
 //! dead-letter replays answer the same; overflow is an invalid record.
 
+use settled::domain::LeaseToken;
 use settled::domain::{
-    RetryPolicy, SettlementFailureCode, SettlementRoute, SettlementRouteErrorClass,
-    SettlementSkipReason,
+    RetryPolicy, Route, SettlementFailureCode, SettlementSkipReason, StoreErrorClass,
 };
 use settled::store::ReceiptState;
 
@@ -14,51 +14,51 @@ use crate::common::{Fresh, raw_exec};
 async fn every_tampered_or_expired_claim_conflicts_and_changes_nothing(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let good = claim(&fresh, "r", "w1", T0, 1_000).await;
-    let until = good.lease_until_ms;
+    let until = good.lease_until_ms.get();
     let mut forged = Vec::new();
     forged.push(("forged token", {
         let mut c = good.clone();
-        c.lease_token = "0".repeat(32);
+        c.claim.lease_token = LeaseToken::parse(&"0".repeat(32)).unwrap();
         c
     }));
     forged.push(("wrong owner", {
         let mut c = good.clone();
-        c.lease_owner = "w2".into();
+        c.claim.lease_owner = worker("w2");
         c
     }));
     forged.push(("newer version", {
         let mut c = good.clone();
-        c.row_version += 1;
+        c.claim.row_version += 1;
         c
     }));
     forged.push(("older version", {
         let mut c = good.clone();
-        c.row_version -= 1;
+        c.claim.row_version -= 1;
         c
     }));
     forged.push(("wrong attempts", {
         let mut c = good.clone();
-        c.attempts += 1;
+        c.claim.attempts += 1;
         c
     }));
     forged.push(("wrong finalized_at", {
         let mut c = good.clone();
-        c.finalized_at += 1;
+        c.claim.finalized_at += 1;
         c
     }));
     forged.push(("later deadline", {
         let mut c = good.clone();
-        c.lease_until_ms += 5_000;
+        c.claim.lease_until_ms += 5_000;
         c
     }));
     forged.push(("earlier deadline", {
         let mut c = good.clone();
-        c.lease_until_ms -= 1;
+        c.claim.lease_until_ms -= 1;
         c
     }));
     forged.push(("other receipt", {
         let mut c = good.clone();
-        c.receipt_id = "nope".into();
+        c.claim.receipt_id = rid("nope");
         c
     }));
     let outcomes = [
@@ -93,14 +93,14 @@ async fn every_tampered_or_expired_claim_conflicts_and_changes_nothing(fresh: Fr
         until - 1,
     )
     .await;
-    assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+    assert_eq!(route.unwrap(), Route::NoAction);
 }
 
 async fn a_superseded_claim_conflicts(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let old = claim(&fresh, "r", "w1", T0, 100).await;
     let new = claim(&fresh, "r", "w2", T0 + 100, 100).await;
-    assert_eq!(new.row_version, old.row_version + 1);
+    assert_eq!(new.row_version.get(), old.row_version + 1);
     let before = view(&fresh, "r", T0 + 100).await;
     // Whether observed before its own deadline or after it, the old claim lost.
     for at in [T0 + 99, T0 + 150] {
@@ -116,7 +116,7 @@ async fn a_superseded_claim_conflicts(fresh: Fresh) {
         T0 + 150,
     )
     .await;
-    assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+    assert_eq!(route.unwrap(), Route::NoAction);
     assert_eq!(
         view(&fresh, "r", T0 + 150).await.transcript_id.as_deref(),
         Some("t2")
@@ -129,10 +129,10 @@ async fn an_identical_dead_letter_replay_answers_the_same(fresh: Fresh) {
     let decision = permanent(SettlementFailureCode::Signature, "bad sig");
     let policy = RetryPolicy::default();
     let first = record(&fresh, &c, &decision, policy, T0 + 1).await.unwrap();
-    assert_eq!(first, SettlementRoute::DeadLettered { attempts: 1 });
+    assert_eq!(first, Route::DeadLettered { attempts: 1 });
     let after = view(&fresh, "r", T0 + 1).await;
     // Same code, digest and attempts: same answer, live lease or not.
-    for at in [T0 + 2, c.lease_until_ms, T0 + 999_999] {
+    for at in [T0 + 2, c.lease_until_ms.get(), T0 + 999_999] {
         assert_eq!(
             record(&fresh, &c, &decision, policy, at).await.unwrap(),
             first
@@ -142,7 +142,7 @@ async fn an_identical_dead_letter_replay_answers_the_same(fresh: Fresh) {
         assert_eq!(record(&fresh, &c, &same, policy, at).await.unwrap(), first);
     }
     let mut other_attempts = c.clone();
-    other_attempts.attempts += 1;
+    other_attempts.claim.attempts += 1;
     let different = [
         (
             c.clone(),
@@ -169,14 +169,11 @@ async fn an_identical_dead_letter_replay_answers_the_same(fresh: Fresh) {
 
 async fn a_replay_after_retries_matches_the_total_attempts(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
-    let policy = RetryPolicy {
-        max_retries: 2,
-        ..RetryPolicy::default()
-    };
+    let policy = RetryPolicy::new(2, 250, 2, 60_000).unwrap();
     let mut now = T0;
     for _ in 0..2 {
         let c = claim(&fresh, "r", "w", now, 1_000).await;
-        let SettlementRoute::RetryScheduled {
+        let Route::RetryScheduled {
             next_visible_at_ms, ..
         } = record(&fresh, &c, &rpc("down"), policy, now).await.unwrap()
         else {
@@ -189,7 +186,7 @@ async fn a_replay_after_retries_matches_the_total_attempts(fresh: Fresh) {
     let route = record(&fresh, &last, &rpc("down"), policy, now)
         .await
         .unwrap();
-    assert_eq!(route, SettlementRoute::DeadLettered { attempts: 3 });
+    assert_eq!(route, Route::DeadLettered { attempts: 3 });
     assert_eq!(
         record(&fresh, &last, &rpc("down"), policy, now + 5_000)
             .await
@@ -197,7 +194,7 @@ async fn a_replay_after_retries_matches_the_total_attempts(fresh: Fresh) {
         route
     );
     let mut earlier = last.clone();
-    earlier.attempts = 1;
+    earlier.claim.attempts = 1;
     assert_conflict(&record(&fresh, &earlier, &rpc("down"), policy, now).await);
     assert_eq!(view(&fresh, "r", now).await.history.len(), 3);
 }
@@ -258,10 +255,7 @@ async fn attempts_overflow_is_refused_and_changes_nothing(fresh: Fresh) {
         (before.state, before.attempts),
         (ReceiptState::Leased, u32::MAX)
     );
-    let big = RetryPolicy {
-        max_retries: 32,
-        ..RetryPolicy::default()
-    };
+    let big = RetryPolicy::new(32, 250, 2, 60_000).unwrap();
     for outcome in [rpc("x"), permanent(SettlementFailureCode::Signature, "x")] {
         for policy in [RetryPolicy::default(), big] {
             assert_invalid(&record(&fresh, &c, &outcome, policy, T0 + 1).await);
@@ -290,17 +284,14 @@ async fn retry_deadline_overflow_is_refused(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], 0).await;
     let now = i64::MAX as u64 - 1_000;
     let c = claim(&fresh, "r", "w", now, 1_000).await;
-    assert_eq!(c.lease_until_ms, i64::MAX as u64);
+    assert_eq!(c.lease_until_ms.get(), i64::MAX as u64);
     let before = view(&fresh, "r", now).await;
     // Observed 100 ms before the end of the clock: a 250 ms wait does not fit.
     assert_invalid(&record(&fresh, &c, &rpc("x"), RetryPolicy::default(), now + 900).await);
     assert_eq!(view(&fresh, "r", now).await, before);
     let dead_letter = permanent(SettlementFailureCode::Rpc, "x");
     let route = record(&fresh, &c, &dead_letter, RetryPolicy::default(), now + 900).await;
-    assert_eq!(
-        route.unwrap(),
-        SettlementRoute::DeadLettered { attempts: 1 }
-    );
+    assert_eq!(route.unwrap(), Route::DeadLettered { attempts: 1 });
 }
 
 async fn racing_terminal_writers_have_exactly_one_winner(fresh: Fresh) {
@@ -331,7 +322,7 @@ async fn racing_terminal_writers_have_exactly_one_winner(fresh: Fresh) {
         for task in tasks {
             match task.await.unwrap() {
                 Ok(_) => wins += 1,
-                Err(e) => assert_eq!(e.class(), SettlementRouteErrorClass::Conflict, "{e}"),
+                Err(e) => assert_eq!(e.class(), StoreErrorClass::Conflict, "{e}"),
             }
         }
         assert_eq!(wins, 1, "exactly one writer wins for {id}");

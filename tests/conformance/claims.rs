@@ -12,9 +12,12 @@ async fn claim_leases_and_bumps_only_the_row_version(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt_with("r", FIN, None, Some(T0 - 40))], T0).await;
     let c = claim(&fresh, "r", "worker-1", T0, 30_000).await;
     assert_eq!(c.receipt_id, "r");
-    assert_eq!((c.finalized_at, c.attempts, c.row_version), (FIN, 0, 1));
     assert_eq!(
-        (c.lease_owner.as_str(), c.lease_until_ms),
+        (c.finalized_at.get(), c.attempts, c.row_version.get()),
+        (FIN, 0, 1)
+    );
+    assert_eq!(
+        (c.lease_owner.as_str(), c.lease_until_ms.get()),
         ("worker-1", T0 + 30_000)
     );
     let v = view(&fresh, "r", T0).await;
@@ -38,7 +41,7 @@ async fn lease_expires_exactly_at_its_deadline(fresh: Fresh) {
     let s = store(&fresh);
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let first = claim(&fresh, "r", "w1", T0, 1_000).await;
-    let until = first.lease_until_ms;
+    let until = first.lease_until_ms.get();
     let w2 = worker("w2");
     assert_eq!(
         try_claim(&fresh, "r", "w2", until - 1, 1_000)
@@ -60,9 +63,9 @@ async fn lease_expires_exactly_at_its_deadline(fresh: Fresh) {
         .unwrap();
     assert_eq!(batch.len(), 1);
     let second = &batch[0];
-    assert_eq!((second.row_version, second.attempts), (2, 0));
+    assert_eq!((second.row_version.get(), second.attempts), (2, 0));
     assert_eq!(
-        (second.lease_owner.as_str(), second.lease_until_ms),
+        (second.lease_owner.as_str(), second.lease_until_ms.get()),
         ("w2", until + 1_000)
     );
     assert_ne!(second.lease_token, first.lease_token);
@@ -73,14 +76,15 @@ async fn lease_expires_exactly_at_its_deadline(fresh: Fresh) {
             .unwrap(),
         ReceiptClaim::Leased
     );
-    let ReceiptClaim::Claimed(third) = try_claim(&fresh, "r", "w2", second.lease_until_ms, 1_000)
-        .await
-        .unwrap()
+    let ReceiptClaim::Claimed(third) =
+        try_claim(&fresh, "r", "w2", second.lease_until_ms.get(), 1_000)
+            .await
+            .unwrap()
     else {
         panic!("expected a claim exactly at the second deadline")
     };
-    assert_eq!((third.row_version, third.attempts), (3, 0));
-    assert_eq!(third.lease_until_ms, second.lease_until_ms + 1_000);
+    assert_eq!((third.row_version.get(), third.attempts), (3, 0));
+    assert_eq!(third.lease_until_ms.get(), second.lease_until_ms + 1_000);
 }
 
 async fn tokens_are_long_unpredictable_and_never_repeat(fresh: Fresh) {
@@ -99,21 +103,25 @@ async fn tokens_are_long_unpredictable_and_never_repeat(fresh: Fresh) {
         for c in claims {
             let hex_digits = c
                 .lease_token
+                .as_str()
                 .chars()
                 .filter(char::is_ascii_hexdigit)
                 .count();
             assert!(
                 hex_digits >= 32,
-                "token carries under 128 bits: {}",
+                "token carries under 128 bits: {:?}",
                 c.lease_token
             );
             assert_eq!(
                 hex_digits,
-                c.lease_token.len(),
-                "token is not hex: {}",
+                c.lease_token.as_str().len(),
+                "token is not hex: {:?}",
                 c.lease_token
             );
-            assert!(tokens.insert(c.lease_token), "a lease token repeated");
+            assert!(
+                tokens.insert(c.lease_token.clone()),
+                "a lease token repeated"
+            );
         }
     }
 }
@@ -277,7 +285,7 @@ async fn racing_claimers_never_share_a_receipt(fresh: Fresh) {
                 if got.is_empty() {
                     break mine;
                 }
-                mine.extend(got.into_iter().map(|c| c.receipt_id));
+                mine.extend(got.into_iter().map(|c| c.claim.receipt_id));
             }
         }));
     }
@@ -306,7 +314,7 @@ async fn racing_claimers_never_share_a_receipt(fresh: Fresh) {
         match task.await.unwrap().expect("claim") {
             ReceiptClaim::Claimed(c) => {
                 claimed += 1;
-                assert_eq!(c.row_version, 1);
+                assert_eq!(c.row_version.get(), 1);
             }
             other => assert_eq!(other, ReceiptClaim::Leased),
         }
@@ -355,7 +363,7 @@ async fn clock_and_lease_overflow_are_invalid_records(fresh: Fresh) {
     assert!(s.receipt(&rid("x"), T0).await.unwrap().is_none());
     // The very edge still works: now + lease == i64::MAX.
     let ok = s.claim_due(&w, edge, lease(10), limit(1)).await.unwrap();
-    assert_eq!(ok[0].lease_until_ms, i64::MAX as u64);
+    assert_eq!(ok[0].lease_until_ms.get(), i64::MAX as u64);
 }
 
 async fn row_version_overflow_is_refused_and_changes_nothing(fresh: Fresh) {
@@ -384,7 +392,7 @@ async fn row_version_overflow_is_refused_and_changes_nothing(fresh: Fresh) {
     );
     let result = s.claim_due(&w, T0, lease(100), limit(1)).await;
     assert_eq!(
-        result.map(|c| c[0].receipt_id.clone()).ok(),
+        result.map(|c| c[0].receipt_id.as_str().to_owned()).ok(),
         Some("a".to_owned())
     );
 }

@@ -123,7 +123,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
         (one.clone(), accepted("t1 again")),
     ];
     let routed = s
-        .record_claimed_outcomes(&outcomes, policy, T0 + 1)
+        .record_claimed_outcomes(&leases(outcomes), policy, T0 + 1)
         .await
         .unwrap();
     assert!(routed[..5].iter().all(Result::is_ok), "{routed:?}");
@@ -131,10 +131,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     assert_exact(&fresh, T0 + 1, "outcomes").await;
 
     // A retry exhausted by the policy dead-letters the receipt.
-    let tight = RetryPolicy {
-        max_retries: 0,
-        ..RetryPolicy::default()
-    };
+    let tight = RetryPolicy::new(0, 250, 2, 60_000).unwrap();
     record(&fresh, &many[4], &rpc("z"), tight, T0 + 2)
         .await
         .unwrap();
@@ -162,7 +159,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
         .unwrap();
     assert_exact(&fresh, T0 + 1_001, "retry of an extended lease").await;
 
-    let letter = s.redrive(&rid(&many[3].receipt_id), T0 + 2_000).await;
+    let letter = s.redrive(&many[3].receipt_id, T0 + 2_000).await;
     assert!(letter.unwrap().is_some());
     assert_exact(&fresh, T0 + 2_000, "redrive").await;
 

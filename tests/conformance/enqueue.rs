@@ -248,11 +248,11 @@ async fn ids_and_workers_at_their_bounds_round_trip(fresh: Fresh) {
     let long_worker = "\u{e9}".repeat(64);
     let c = claim(&fresh, &long_id, &long_worker, T0, 86_400_000).await;
     assert_eq!(
-        (c.receipt_id.as_str(), c.finalized_at),
+        (c.receipt_id.as_str(), c.finalized_at.get()),
         (long_id.as_str(), 0)
     );
     assert_eq!(
-        (c.lease_owner.as_str(), c.lease_until_ms),
+        (c.lease_owner.as_str(), c.lease_until_ms.get()),
         (long_worker.as_str(), T0 + 86_400_000)
     );
     assert_eq!(c.observation, Some(obs));
@@ -295,7 +295,10 @@ async fn ids_order_by_their_bytes(fresh: Fresh) {
         .claim_due(&worker("w"), T0, lease(1_000), limit(100))
         .await
         .unwrap();
-    let claimed: Vec<_> = claims.iter().map(|c| c.receipt_id.clone()).collect();
+    let claimed: Vec<_> = claims
+        .iter()
+        .map(|c| c.receipt_id.as_str().to_owned())
+        .collect();
     assert_eq!(claimed, sorted, "claim order");
     for c in &claims {
         let perm = permanent(settled::domain::SettlementFailureCode::Unsupported, "x");

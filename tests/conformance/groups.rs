@@ -43,7 +43,10 @@ async fn claim_n(fresh: &Fresh, n: usize, now: u64, only: &[GroupName]) -> Vec<S
         .claim_from(&worker("w"), now, lease(600_000), limit(n), only)
         .await
         .expect("claim");
-    due.claims.into_iter().map(|c| c.group).collect()
+    due.claims
+        .into_iter()
+        .map(|c| c.group.as_str().to_owned())
+        .collect()
 }
 
 fn count(groups: &[String], name: &str) -> usize {

@@ -1,6 +1,7 @@
 //! Lease extension (heartbeat) and release, both under the claim CAS.
 
-use settled::domain::{RetryPolicy, SettlementFailureCode, SettlementRoute};
+use settled::domain::{LeaseToken, U63};
+use settled::domain::{RetryPolicy, Route, SettlementFailureCode};
 use settled::store::{ReceiptClaim, ReceiptState};
 
 use super::support::*;
@@ -11,9 +12,9 @@ async fn extend_moves_the_deadline_and_keeps_token_and_version(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let c = claim(&fresh, "r", "w", T0, 1_000).await;
     let extended = s.extend_lease(&c, lease(5_000), T0 + 900).await.unwrap();
-    assert_eq!(extended.lease_until_ms, T0 + 5_900);
+    assert_eq!(extended.lease_until_ms.get(), T0 + 5_900);
     let mut expected = c.clone();
-    expected.lease_until_ms = T0 + 5_900;
+    expected.claim.lease_until_ms = U63::try_from(T0 + 5_900).unwrap();
     assert_eq!(
         extended, expected,
         "same token, owner, version and attempts"
@@ -32,7 +33,7 @@ async fn extend_moves_the_deadline_and_keeps_token_and_version(fresh: Fresh) {
         .extend_lease(&extended, lease(10), T0 + 1_000)
         .await
         .unwrap();
-    assert_eq!(shorter.lease_until_ms, T0 + 1_010);
+    assert_eq!(shorter.lease_until_ms.get(), T0 + 1_010);
     let route = record(
         &fresh,
         &shorter,
@@ -41,7 +42,7 @@ async fn extend_moves_the_deadline_and_keeps_token_and_version(fresh: Fresh) {
         T0 + 1_009,
     )
     .await;
-    assert_eq!(route.unwrap(), SettlementRoute::NoAction);
+    assert_eq!(route.unwrap(), Route::NoAction);
 }
 
 async fn extend_is_refused_for_expired_stale_or_finished_claims(fresh: Fresh) {
@@ -52,10 +53,10 @@ async fn extend_is_refused_for_expired_stale_or_finished_claims(fresh: Fresh) {
     assert_conflict(&s.extend_lease(&c, lease(1_000), T0 + 1_000).await);
     assert_conflict(&s.extend_lease(&c, lease(1_000), T0 + 1_001).await);
     let mut forged = c.clone();
-    forged.lease_token = "a".repeat(32);
+    forged.claim.lease_token = LeaseToken::parse(&"a".repeat(32)).unwrap();
     assert_conflict(&s.extend_lease(&forged, lease(1_000), T0 + 1).await);
     let mut wrong_version = c.clone();
-    wrong_version.row_version = 7;
+    wrong_version.claim.row_version = U63::from(7_u32);
     assert_conflict(&s.extend_lease(&wrong_version, lease(1_000), T0 + 1).await);
     assert_eq!(view(&fresh, "r", T0).await, before);
     // Reclaimed by someone else: the old claim is stale even if observed early.
@@ -73,7 +74,7 @@ async fn extend_is_refused_for_expired_stale_or_finished_claims(fresh: Fresh) {
     // now + extension beyond the database's integers is an invalid record.
     let edge = i64::MAX as u64 - 10;
     let mut far = newer.clone();
-    far.lease_until_ms = i64::MAX as u64;
+    far.claim.lease_until_ms = U63::MAX;
     assert_invalid(&s.extend_lease(&far, lease(11), edge).await);
     assert_invalid(&s.extend_lease(&newer, lease(1), i64::MAX as u64 + 1).await);
     assert_eq!(
@@ -120,7 +121,7 @@ async fn release_makes_work_due_at_once_without_spending_an_attempt(fresh: Fresh
         .await
         .unwrap();
     assert_eq!(
-        (again.len(), again[0].row_version, again[0].attempts),
+        (again.len(), again[0].row_version.get(), again[0].attempts),
         (1, 2, 0)
     );
 }
@@ -147,7 +148,7 @@ async fn release_keeps_the_attempts_of_a_retried_receipt(fresh: Fresh) {
         .unwrap();
     assert_eq!(
         route,
-        SettlementRoute::RetryScheduled {
+        Route::RetryScheduled {
             attempt: 2,
             next_visible_at_ms: T0 + 800
         }
@@ -161,10 +162,10 @@ async fn release_is_refused_for_expired_or_forged_claims(fresh: Fresh) {
     let before = view(&fresh, "r", T0).await;
     assert_conflict(&s.release_lease(&c, T0 + 1_000).await);
     let mut other = c.clone();
-    other.lease_owner = "thief".into();
+    other.claim.lease_owner = worker("thief");
     assert_conflict(&s.release_lease(&other, T0 + 1).await);
     let mut wrong = c.clone();
-    wrong.finalized_at += 1;
+    wrong.claim.finalized_at = U63::try_from(wrong.finalized_at + 1).unwrap();
     assert_conflict(&s.release_lease(&wrong, T0 + 1).await);
     assert_eq!(view(&fresh, "r", T0).await, before);
     record(
@@ -216,7 +217,35 @@ async fn work_notifier_signals_new_due_work(fresh: Fresh) {
     assert_eq!(state(&fresh, "r", T0 + 4).await, ReceiptState::Pending);
 }
 
+/// A claim says whether it took its receipt over from a lease that expired
+/// unreported (what `/metrics` counts as a lease expiry), by id and in a
+/// batch; a released lease is not an expiry.
+async fn a_claim_says_whether_it_took_over_an_expired_lease(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(&fresh, &[receipt("a"), receipt("b"), receipt("c")], T0).await;
+    let first = s
+        .claim_due(&worker("w1"), T0, lease(1_000), limit(3))
+        .await
+        .unwrap();
+    assert!(first.iter().all(|c| !c.after_expiry), "fresh receipts");
+    let c = first.iter().find(|c| c.receipt_id == "c").unwrap();
+    s.release_lease(c, T0 + 1).await.unwrap();
+    let later = T0 + 1_000;
+    let by_id = claim(&fresh, "a", "w2", later, 1_000).await;
+    assert!(by_id.after_expiry, "a's lease expired");
+    let batch = s
+        .claim_due(&worker("w2"), later, lease(1_000), limit(3))
+        .await
+        .unwrap();
+    let flags: Vec<_> = batch
+        .iter()
+        .map(|c| (c.receipt_id.as_str(), c.after_expiry))
+        .collect();
+    assert_eq!(flags, [("b", true), ("c", false)]);
+}
+
 crate::on_every_backend!(
+    a_claim_says_whether_it_took_over_an_expired_lease,
     extend_moves_the_deadline_and_keeps_token_and_version,
     extend_is_refused_for_expired_stale_or_finished_claims,
     release_makes_work_due_at_once_without_spending_an_attempt,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use settled::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementFailureCode, SettlementFailureReason,
-    SettlementRoute, SettlementRouteErrorClass, SettlementRoutingInput, TranscriptId, WorkerId,
+    ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, SettlementFailureCode,
+    SettlementFailureReason, StoreErrorClass, TranscriptId, WorkerId,
 };
 use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::{NewReceipt, ReceiptState, SharedStore};
@@ -68,7 +68,7 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
     s.enqueue_one(&receipt("r-1"), T0).await.unwrap();
     let first = s.claim_due(&w, T0, lease(1_000), limit(8)).await.unwrap();
     assert_eq!(first.len(), 1);
-    let fail = SettlementRoutingInput::Retryable {
+    let fail = Outcome::Retryable {
         reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, "timeout"),
         retry_after_ms: None,
     };
@@ -78,7 +78,7 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
         .unwrap();
     assert_eq!(
         route,
-        SettlementRoute::RetryScheduled {
+        Route::RetryScheduled {
             attempt: 1,
             next_visible_at_ms: T0 + 260
         }
@@ -93,22 +93,22 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
         .claim_due(&w, T0 + 260, lease(1_000), limit(8))
         .await
         .unwrap();
-    assert_eq!((second[0].attempts, second[0].row_version), (1, 2));
+    assert_eq!((second[0].attempts, second[0].row_version.get()), (1, 2));
     assert_ne!(second[0].lease_token, first[0].lease_token);
 
-    let accepted = SettlementRoutingInput::Accepted {
+    let accepted = Outcome::Accepted {
         transcript_id: TranscriptId::parse("tx-9").unwrap(),
     };
     let stale = s
         .record_claimed_outcome(&first[0], &accepted, RetryPolicy::default(), T0 + 300)
         .await
         .unwrap_err();
-    assert_eq!(stale.class(), SettlementRouteErrorClass::Conflict);
+    assert_eq!(stale.class(), StoreErrorClass::Conflict);
     let route = s
         .record_claimed_outcome(&second[0], &accepted, RetryPolicy::default(), T0 + 300)
         .await
         .unwrap();
-    assert_eq!(route, SettlementRoute::NoAction);
+    assert_eq!(route, Route::NoAction);
 
     let view = s
         .receipt(&ReceiptId::parse("r-1").unwrap(), T0 + 400)
@@ -223,7 +223,7 @@ async fn racing_replicas_never_claim_the_same_receipt() {
                     if got.is_empty() {
                         return mine;
                     }
-                    mine.extend(got.into_iter().map(|c| c.receipt_id));
+                    mine.extend(got.into_iter().map(|c| c.claim.receipt_id));
                 }
             }));
         }
@@ -321,7 +321,7 @@ async fn an_unreachable_server_fails_fast_with_a_backend_error() {
         .await
         .err()
         .expect("no server there");
-    assert_eq!(error.class(), SettlementRouteErrorClass::Backend);
+    assert_eq!(error.class(), StoreErrorClass::Backend);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -341,25 +341,29 @@ async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
         .await
         .unwrap();
     // A digest that is not 64 hex characters: the CHECK constraint refuses it.
-    let corrupt = SettlementRoutingInput::Permanent {
+    let corrupt = Outcome::Permanent {
         reason: SettlementFailureReason {
             code: SettlementFailureCode::Rpc,
             detail_sha256: "not-a-digest".to_owned(),
         },
     };
-    let accepted = SettlementRoutingInput::Accepted {
+    let accepted = Outcome::Accepted {
         transcript_id: TranscriptId::parse("tx").unwrap(),
     };
     let batch = [(claims[0].clone(), corrupt), (claims[1].clone(), accepted)];
     let results = s
-        .record_claimed_outcomes(&batch, RetryPolicy::default(), T0 + 1)
+        .record_claimed_outcomes(
+            &crate::support::leases(batch.to_vec()),
+            RetryPolicy::default(),
+            T0 + 1,
+        )
         .await
         .unwrap();
     assert_eq!(
         results[0].as_ref().unwrap_err().class(),
-        SettlementRouteErrorClass::InvalidRecord
+        StoreErrorClass::InvalidRecord
     );
-    assert_eq!(results[1], Ok(SettlementRoute::NoAction));
+    assert_eq!(results[1], Ok(Route::NoAction));
     let first = s
         .receipt(&ReceiptId::parse("r-1").unwrap(), T0 + 1)
         .await
@@ -472,7 +476,7 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
         .remove(0);
     assert_eq!(fresh_claim.receipt_id, "r-5");
 
-    let accepted = SettlementRoutingInput::Accepted {
+    let accepted = Outcome::Accepted {
         transcript_id: TranscriptId::parse("tx").unwrap(),
     };
     let policy = RetryPolicy::default();
@@ -493,18 +497,18 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
     group.push(queued(s.record_claimed_outcome(&fresh_claim, &accepted, policy, at)).await);
     sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
 
-    assert_eq!(held.await, Ok(SettlementRoute::NoAction));
+    assert_eq!(held.await, Ok(Route::NoAction));
     let mut answers = Vec::new();
     for call in group {
         answers.push(call.await);
     }
     for answer in &answers[..4] {
-        assert_eq!(answer, &Ok(SettlementRoute::NoAction));
+        assert_eq!(answer, &Ok(Route::NoAction));
     }
     let refused = answers[4].as_ref().unwrap_err();
-    assert_eq!(refused.class(), SettlementRouteErrorClass::Conflict);
+    assert_eq!(refused.class(), StoreErrorClass::Conflict);
     assert!(refused.to_string().contains("lease token"), "{refused}");
-    assert_eq!(answers[5], Ok(SettlementRoute::NoAction));
+    assert_eq!(answers[5], Ok(Route::NoAction));
     for id in &ids {
         let view = s
             .receipt(&ReceiptId::parse(id).unwrap(), at)
@@ -547,12 +551,12 @@ async fn queued_claims_share_a_statement_in_arrival_order() {
     let third = queued(s.claim_due(&c, T0, lease(60_000), limit(10))).await;
     sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
 
-    let ids = |claims: Vec<settled::domain::SettlementAttemptClaim>, who: &str| {
+    let ids = |claims: Vec<settled::domain::Claimed>, who: &str| {
         claims
             .into_iter()
             .map(|claim| {
                 assert_eq!(claim.lease_owner, who);
-                claim.receipt_id
+                claim.claim.receipt_id
             })
             .collect::<Vec<_>>()
     };

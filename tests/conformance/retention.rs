@@ -23,7 +23,7 @@ fn receipt(id: &str) -> NewReceipt {
     }
 }
 
-async fn finish(fresh: &Fresh, id: &str, outcome: SettlementRoutingInput, at: u64) {
+async fn finish(fresh: &Fresh, id: &str, outcome: Outcome, at: u64) {
     let store = fresh.store.as_ref();
     store.enqueue(&[receipt(id)], at).await.unwrap();
     let worker = WorkerId::parse("w").unwrap();
@@ -46,8 +46,8 @@ async fn finish(fresh: &Fresh, id: &str, outcome: SettlementRoutingInput, at: u6
         .unwrap();
 }
 
-fn accepted() -> SettlementRoutingInput {
-    SettlementRoutingInput::Accepted {
+fn accepted() -> Outcome {
+    Outcome::Accepted {
         transcript_id: TranscriptId::parse("t").unwrap(),
     }
 }
@@ -66,17 +66,17 @@ async fn retention_removes_only_old_finished_receipts(fresh: Fresh) {
     finish(
         &fresh,
         "old-skipped",
-        SettlementRoutingInput::Skipped {
+        Outcome::Skipped {
             reason: SettlementSkipReason::Denied,
         },
         T,
     )
     .await;
-    let perm = SettlementRoutingInput::Permanent {
+    let perm = Outcome::Permanent {
         reason: SettlementFailureReason::new(SettlementFailureCode::Signature, ""),
     };
     finish(&fresh, "old-dead", perm, T).await;
-    let rpc = SettlementRoutingInput::Retryable {
+    let rpc = Outcome::Retryable {
         reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, ""),
         retry_after_ms: None,
     };
@@ -168,7 +168,11 @@ async fn retention_works_through_many_batches(fresh: Fresh) {
     for chunk in items.chunks(1024) {
         for r in fresh
             .store
-            .record_claimed_outcomes(chunk, RetryPolicy::default(), T)
+            .record_claimed_outcomes(
+                &crate::support::leases(chunk.to_vec()),
+                RetryPolicy::default(),
+                T,
+            )
             .await
             .unwrap()
         {

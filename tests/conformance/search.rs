@@ -304,12 +304,15 @@ async fn a_found_receipt_shows_its_lease_failure_and_finish(fresh: Fresh) {
     assert_eq!(by_id("s-a").next_visible_at_ms, Some(T0 + 1_000_000));
     assert_eq!(by_id("set-a").finished_at_ms, Some(T0 + 1));
     // The lease token appears nowhere in what a search returns.
-    let token = claim(&fresh, "p-a", "w9", NOW, 60_000).await.lease_token;
+    let token = claim(&fresh, "p-a", "w9", NOW, 60_000)
+        .await
+        .claim
+        .lease_token;
     let found = store(&fresh)
         .find_receipts(&ReceiptFilter::default(), &page, NOW)
         .await
         .unwrap();
-    assert!(!format!("{found:?}").contains(&token));
+    assert!(!format!("{found:?}").contains(token.as_str()));
 }
 
 /// A filter checked row by row examines at most SCAN_BUDGET rows per page:

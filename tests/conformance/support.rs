@@ -4,9 +4,9 @@
 
 use serde_json::Value;
 use settled::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementFailureCode,
-    SettlementFailureReason, SettlementRoute, SettlementRouteError, SettlementRouteErrorClass,
-    SettlementRoutingInput, SettlementSkipReason, TranscriptId, WorkerId,
+    Claim, ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, SettlementFailureCode,
+    SettlementFailureReason, SettlementSkipReason, StoreError, StoreErrorClass, TranscriptId,
+    WorkerId,
 };
 use settled::store::{
     NewReceipt, ReceiptClaim, ReceiptState, ReceiptView, SettlementOutcomeStore, StoreResult,
@@ -61,30 +61,30 @@ pub fn receipt_with(
     }
 }
 
-pub fn accepted(transcript: &str) -> SettlementRoutingInput {
-    SettlementRoutingInput::Accepted {
+pub fn accepted(transcript: &str) -> Outcome {
+    Outcome::Accepted {
         transcript_id: TranscriptId::parse(transcript).unwrap(),
     }
 }
 
-pub fn skipped(reason: SettlementSkipReason) -> SettlementRoutingInput {
-    SettlementRoutingInput::Skipped { reason }
+pub fn skipped(reason: SettlementSkipReason) -> Outcome {
+    Outcome::Skipped { reason }
 }
 
-pub fn retryable(code: SettlementFailureCode, detail: &str) -> SettlementRoutingInput {
-    SettlementRoutingInput::Retryable {
+pub fn retryable(code: SettlementFailureCode, detail: &str) -> Outcome {
+    Outcome::Retryable {
         reason: SettlementFailureReason::new(code, detail),
         retry_after_ms: None,
     }
 }
 
-pub fn permanent(code: SettlementFailureCode, detail: &str) -> SettlementRoutingInput {
-    SettlementRoutingInput::Permanent {
+pub fn permanent(code: SettlementFailureCode, detail: &str) -> Outcome {
+    Outcome::Permanent {
         reason: SettlementFailureReason::new(code, detail),
     }
 }
 
-pub fn rpc(detail: &str) -> SettlementRoutingInput {
+pub fn rpc(detail: &str) -> Outcome {
     retryable(SettlementFailureCode::Rpc, detail)
 }
 
@@ -114,7 +114,7 @@ pub async fn claim(
     who: &str,
     now: u64,
     lease_ms: u64,
-) -> SettlementAttemptClaim {
+) -> settled::domain::Claimed {
     match store(fresh)
         .claim_receipt(&rid(id), &worker(who), now, lease(lease_ms))
         .await
@@ -124,14 +124,19 @@ pub async fn claim(
     }
 }
 
+/// A batch of outcomes under claims as handed out, as the store takes them.
+pub fn leases(items: Vec<(settled::domain::Claimed, Outcome)>) -> Vec<(Claim, Outcome)> {
+    items.into_iter().map(|(c, o)| (c.claim, o)).collect()
+}
+
 /// Record one outcome through the `dyn` convenience wrapper.
 pub async fn record(
     fresh: &Fresh,
-    claim: &SettlementAttemptClaim,
-    outcome: &SettlementRoutingInput,
+    claim: &Claim,
+    outcome: &Outcome,
     policy: RetryPolicy,
     at: u64,
-) -> StoreResult<SettlementRoute> {
+) -> StoreResult<Route> {
     store(fresh)
         .record_claimed_outcome(claim, outcome, policy, at)
         .await
@@ -151,10 +156,7 @@ pub async fn state(fresh: &Fresh, id: &str, now: u64) -> ReceiptState {
 }
 
 #[track_caller]
-pub fn assert_class<T: std::fmt::Debug>(
-    result: &Result<T, SettlementRouteError>,
-    class: SettlementRouteErrorClass,
-) {
+pub fn assert_class<T: std::fmt::Debug>(result: &Result<T, StoreError>, class: StoreErrorClass) {
     match result {
         Err(e) => assert_eq!(e.class(), class, "wrong error class: {e}"),
         Ok(v) => panic!("expected a {class:?} error, got Ok({v:?})"),
@@ -162,13 +164,13 @@ pub fn assert_class<T: std::fmt::Debug>(
 }
 
 #[track_caller]
-pub fn assert_conflict<T: std::fmt::Debug>(result: &Result<T, SettlementRouteError>) {
-    assert_class(result, SettlementRouteErrorClass::Conflict);
+pub fn assert_conflict<T: std::fmt::Debug>(result: &Result<T, StoreError>) {
+    assert_class(result, StoreErrorClass::Conflict);
 }
 
 #[track_caller]
-pub fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, SettlementRouteError>) {
-    assert_class(result, SettlementRouteErrorClass::InvalidRecord);
+pub fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, StoreError>) {
+    assert_class(result, StoreErrorClass::InvalidRecord);
 }
 
 /// Every text the store keeps about receipts and their history, in one string.

@@ -1,7 +1,7 @@
 //! What the store reports: receipt state and history, dead letters and
 //! redrive, status, and the store binding.
 
-use settled::domain::{RetryPolicy, SettlementFailureCode, SettlementRoute, SettlementSkipReason};
+use settled::domain::{RetryPolicy, Route, SettlementFailureCode, SettlementSkipReason};
 use settled::store::postgres::PostgresOptions;
 use settled::store::{ReceiptState, open_store};
 
@@ -59,10 +59,7 @@ async fn history_keeps_digests_and_never_the_detail_or_token(fresh: Fresh) {
     let code = SettlementFailureCode::InvalidReceiptSignature;
     let second = permanent(code, "SECRET second");
     let route = record(&fresh, &c2, &second, RetryPolicy::default(), T0 + 270).await;
-    assert_eq!(
-        route.unwrap(),
-        SettlementRoute::DeadLettered { attempts: 2 }
-    );
+    assert_eq!(route.unwrap(), Route::DeadLettered { attempts: 2 });
     let v = view(&fresh, "r", T0 + 270).await;
     let h = &v.history;
     assert_eq!(h.len(), 2);
@@ -219,7 +216,7 @@ async fn dead_letters_page_in_order_and_redrive(fresh: Fresh) {
         .unwrap();
     assert_eq!(
         route,
-        SettlementRoute::RetryScheduled {
+        Route::RetryScheduled {
             attempt: 1,
             next_visible_at_ms: T0 + 310
         }

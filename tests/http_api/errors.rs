@@ -64,7 +64,7 @@ struct BrokenStore;
 const SECRET: &str = "SELECT lease_token FROM receipts -- /var/lib/settled/settled.db";
 
 fn down<T>() -> StoreResult<T> {
-    Err(SettlementRouteError::backend(SECRET))
+    Err(StoreError::backend(SECRET))
 }
 
 #[async_trait]
@@ -100,7 +100,7 @@ impl SettlementOutcomeStore for BrokenStore {
         _: LeaseMs,
         _: ClaimLimit,
         _: &[GroupName],
-    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    ) -> StoreResult<DueClaims<Claimed>> {
         down()
     }
     async fn groups(&self, _: u64, _: &GroupQuery) -> StoreResult<Vec<GroupView>> {
@@ -111,21 +111,16 @@ impl SettlementOutcomeStore for BrokenStore {
     }
     async fn record_claimed_outcomes(
         &self,
-        _: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        _: &[(Claim, Outcome)],
         _: RetryPolicy,
         _: u64,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    ) -> StoreResult<Vec<StoreResult<Route>>> {
         down()
     }
-    async fn extend_lease(
-        &self,
-        _: &SettlementAttemptClaim,
-        _: LeaseMs,
-        _: u64,
-    ) -> StoreResult<SettlementAttemptClaim> {
+    async fn extend_lease(&self, _: &Claim, _: LeaseMs, _: u64) -> StoreResult<Claimed> {
         down()
     }
-    async fn release_lease(&self, _: &SettlementAttemptClaim, _: u64) -> StoreResult<()> {
+    async fn release_lease(&self, _: &Claim, _: u64) -> StoreResult<()> {
         down()
     }
     async fn receipt(&self, _: &ReceiptId, _: u64) -> StoreResult<Option<ReceiptView>> {
@@ -159,9 +154,6 @@ impl SettlementOutcomeStore for BrokenStore {
     }
     async fn history_feed(&self, _: FeedStart, _: usize) -> StoreResult<FeedRead> {
         down()
-    }
-    fn lease_expiries_observed(&self) -> u64 {
-        0
     }
     async fn add_stats(&self, _: &[StatsMinute], _: u64) -> StoreResult<()> {
         down()

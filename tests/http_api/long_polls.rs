@@ -55,7 +55,7 @@ impl SettlementOutcomeStore for Counting {
         lease: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
-    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    ) -> StoreResult<DueClaims<Claimed>> {
         self.claim_due.fetch_add(1, Ordering::Relaxed);
         self.inner.claim_from(w, now, lease, limit, only).await
     }
@@ -67,21 +67,16 @@ impl SettlementOutcomeStore for Counting {
     }
     async fn record_claimed_outcomes(
         &self,
-        items: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        items: &[(Claim, Outcome)],
         policy: RetryPolicy,
         now: u64,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    ) -> StoreResult<Vec<StoreResult<Route>>> {
         self.inner.record_claimed_outcomes(items, policy, now).await
     }
-    async fn extend_lease(
-        &self,
-        c: &SettlementAttemptClaim,
-        by: LeaseMs,
-        now: u64,
-    ) -> StoreResult<SettlementAttemptClaim> {
+    async fn extend_lease(&self, c: &Claim, by: LeaseMs, now: u64) -> StoreResult<Claimed> {
         self.inner.extend_lease(c, by, now).await
     }
-    async fn release_lease(&self, c: &SettlementAttemptClaim, now: u64) -> StoreResult<()> {
+    async fn release_lease(&self, c: &Claim, now: u64) -> StoreResult<()> {
         self.inner.release_lease(c, now).await
     }
     async fn receipt(&self, id: &ReceiptId, now: u64) -> StoreResult<Option<ReceiptView>> {
@@ -115,9 +110,6 @@ impl SettlementOutcomeStore for Counting {
     }
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
         self.inner.history_feed(start, limit).await
-    }
-    fn lease_expiries_observed(&self) -> u64 {
-        self.inner.lease_expiries_observed()
     }
     async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
         self.inner.add_stats(minutes, keep_from_ms).await

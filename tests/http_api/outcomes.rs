@@ -104,14 +104,7 @@ async fn every_outcome_kind_routes_as_documented(fresh: Fresh) {
 }
 
 async fn max_retries_zero_dead_letters_the_first_failure(fresh: Fresh) {
-    let s = spawn_with(
-        fresh,
-        RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        },
-    )
-    .await;
+    let s = spawn_with(fresh, RetryPolicy::new(0, 250, 2, 60_000).unwrap()).await;
     s.enqueue("r").await;
     let claim = s.claim("w", 1).await.remove(0);
     assert_eq!(

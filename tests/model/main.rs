@@ -12,37 +12,34 @@ mod reference;
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
-use settled::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, SettlementAttemptClaim, SettlementRouteError, WorkerId,
-};
+use settled::domain::*;
 use settled::store::{NewReceipt, ReceiptClaim, ReceiptState, SettlementOutcomeStore};
 
 use ops::*;
 use reference::*;
 
-fn class<T>(r: Result<T, SettlementRouteError>) -> Answer<T> {
+fn class<T>(r: Result<T, StoreError>) -> Answer<T> {
     r.map_err(|e| e.class())
 }
 
 /// Claims compare on every field but the token, which the model adopts.
-fn same_but_token(got: &SettlementAttemptClaim, want: &SettlementAttemptClaim) -> bool {
-    SettlementAttemptClaim {
-        lease_token: want.lease_token.clone(),
-        ..got.clone()
-    } == *want
+fn same_but_token(got: &Claimed, want: &Claimed) -> bool {
+    let mut got = got.clone();
+    got.claim.lease_token = want.lease_token.clone();
+    got == *want
 }
 
 async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut model = Model::default();
-    let mut held: Vec<SettlementAttemptClaim> = Vec::new();
+    let mut held: Vec<Claim> = Vec::new();
     let mut tokens = HashSet::new();
-    let mut sent: Vec<(SettlementAttemptClaim, Kind)> = Vec::new();
+    let mut sent: Vec<(Claim, Kind)> = Vec::new();
     let mut now = T0;
     let worker = |w: u8| WorkerId::parse(&format!("worker-{w}")).unwrap();
     for (step, op) in ops.iter().enumerate() {
         let live: Vec<_> = held
             .iter()
-            .filter(|c| model.rows[&c.receipt_id].matches(c, 0))
+            .filter(|c| model.rows[c.receipt_id.as_str()].matches(c, 0))
             .cloned()
             .collect();
         let pick = |p: &Pick| {
@@ -93,8 +90,13 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                     due
                 );
                 for (claim, id) in got.iter().zip(&due) {
-                    let want =
-                        model.lease(id, worker(*w).as_str(), now, *lease, &claim.lease_token);
+                    let want = model.lease(
+                        id,
+                        worker(*w).as_str(),
+                        now,
+                        *lease,
+                        claim.lease_token.as_str(),
+                    );
                     prop_assert!(
                         same_but_token(claim, &want),
                         "step {}: {:?} != {:?}",
@@ -103,7 +105,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                         want
                     );
                     prop_assert!(tokens.insert(claim.lease_token.clone()), "token repeated");
-                    held.push(claim.clone());
+                    held.push(claim.claim.clone());
                 }
             }
             Op::ClaimReceipt {
@@ -133,7 +135,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                             worker(*w).as_str(),
                             now,
                             *lease,
-                            &claim.lease_token,
+                            claim.lease_token.as_str(),
                         );
                         prop_assert!(
                             same_but_token(&claim, &want),
@@ -143,7 +145,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                             want
                         );
                         prop_assert!(tokens.insert(claim.lease_token.clone()), "token repeated");
-                        held.push(claim);
+                        held.push(claim.claim);
                     }
                     (got, want) => prop_assert_eq!(Some(got), want, "step {}: {:?}", step, op),
                 }
@@ -208,7 +210,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                 let want = model.extend(&c, *extend, now);
                 prop_assert_eq!(&got, &want, "step {}: {:?}", step, op);
                 if let Ok(extended) = got {
-                    held.push(extended);
+                    held.push(extended.claim);
                 }
             }
             Op::Release { claim, tamper: t } => {
@@ -232,7 +234,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
             Op::Advance(ms) => now += ms,
             Op::ToDeadline { claim, minus } => {
                 if let Some(c) = pick(claim) {
-                    now = now.max(c.lease_until_ms - minus);
+                    now = now.max(c.lease_until_ms.get() - minus);
                 }
             }
             Op::ToVisible { id } => {

@@ -4,10 +4,7 @@
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
-use settled::domain::{
-    RetryPolicy, SettlementAttemptClaim, SettlementFailureCode, SettlementFailureReason,
-    SettlementRoutingInput, SettlementSkipReason, TranscriptId,
-};
+use settled::domain::*;
 pub const T0: u64 = 1_000_000;
 pub const FIN: [u64; 2] = [1_700_000_000, 1_700_000_001];
 pub const IDS: [&str; 4] = ["r0", "r1", "r2", "r3"];
@@ -33,20 +30,10 @@ pub fn policy(variant: u8) -> RetryPolicy {
     let default = RetryPolicy::default();
     match variant {
         0 => default,
-        1 => RetryPolicy {
-            max_retries: 1,
-            initial_backoff_ms: 100,
-            backoff_multiplier: 3,
-            backoff_cap_ms: 500,
-        },
-        2 => RetryPolicy {
-            max_retries: 0,
-            ..default
-        },
-        _ => RetryPolicy {
-            max_retries: 33,
-            ..default
-        },
+        1 => RetryPolicy::new(1, 100, 3, 500).unwrap(),
+        2 => RetryPolicy::new(0, 250, 2, 60_000).unwrap(),
+        // The most retries a policy may have (an invalid one cannot be made).
+        _ => RetryPolicy::new(32, 1, 2, 86_400_000).unwrap(),
     }
 }
 
@@ -75,22 +62,22 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn input(self) -> SettlementRoutingInput {
+    pub fn input(self) -> Outcome {
         let failure = |c: u8, d: u8| {
             SettlementFailureReason::new(CODES[usize::from(c)], &format!("detail {d}"))
         };
         match self {
-            Kind::Accepted(t) => SettlementRoutingInput::Accepted {
+            Kind::Accepted(t) => Outcome::Accepted {
                 transcript_id: TranscriptId::parse(&format!("tx-{t}")).unwrap(),
             },
-            Kind::Skipped(r) => SettlementRoutingInput::Skipped {
+            Kind::Skipped(r) => Outcome::Skipped {
                 reason: SettlementSkipReason::ALL[usize::from(r)],
             },
-            Kind::Retryable(c, d, r) => SettlementRoutingInput::Retryable {
+            Kind::Retryable(c, d, r) => Outcome::Retryable {
                 reason: failure(c, d),
                 retry_after_ms: RETRY_AFTER[usize::from(r)],
             },
-            Kind::Permanent(c, d) => SettlementRoutingInput::Permanent {
+            Kind::Permanent(c, d) => Outcome::Permanent {
                 reason: failure(c, d),
             },
         }
@@ -226,16 +213,22 @@ pub fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-pub fn tampered(claim: &SettlementAttemptClaim, how: Tamper) -> SettlementAttemptClaim {
+fn plus_one(value: U63) -> U63 {
+    value.checked_add(1).unwrap()
+}
+
+pub fn tampered(claim: &Claim, how: Tamper) -> Claim {
     let mut c = claim.clone();
     match how {
         Tamper::None => {}
-        Tamper::Token => c.lease_token = "0".repeat(32),
-        Tamper::Owner => c.lease_owner.push('x'),
-        Tamper::RowVersion => c.row_version += 1,
+        Tamper::Token => c.lease_token = LeaseToken::parse(&"0".repeat(32)).unwrap(),
+        Tamper::Owner => {
+            c.lease_owner = WorkerId::parse(&format!("{}x", c.lease_owner.as_str())).unwrap();
+        }
+        Tamper::RowVersion => c.row_version = plus_one(c.row_version),
         Tamper::Attempts => c.attempts += 1,
-        Tamper::FinalizedAt => c.finalized_at += 1,
-        Tamper::Until => c.lease_until_ms += 1,
+        Tamper::FinalizedAt => c.finalized_at = plus_one(c.finalized_at),
+        Tamper::Until => c.lease_until_ms = plus_one(c.lease_until_ms),
     }
     c
 }

@@ -4,10 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use settled::domain::{
-    RetryPolicy, SettlementAttemptClaim, SettlementFailureCode, SettlementRoute,
-    SettlementRouteErrorClass, SettlementRoutingInput, SettlementSkipReason,
-};
+use settled::domain::*;
 use settled::store::{
     DeadLetter, Enqueued, FailureView, HistoryEntry, LeaseView, NewReceipt, ReceiptState,
     ReceiptView,
@@ -39,8 +36,8 @@ pub struct Row {
     pub history: Vec<HistoryEntry>,
 }
 
-pub type Answer<T> = Result<T, SettlementRouteErrorClass>;
-pub const CONFLICT: SettlementRouteErrorClass = SettlementRouteErrorClass::Conflict;
+pub type Answer<T> = Result<T, StoreErrorClass>;
+pub const CONFLICT: StoreErrorClass = StoreErrorClass::Conflict;
 
 #[derive(Default)]
 pub struct Model {
@@ -85,15 +82,17 @@ impl Row {
     }
 
     /// The six-field compare-and-swap plus an unexpired lease.
-    pub fn matches(&self, c: &SettlementAttemptClaim, now: u64) -> bool {
+    pub fn matches(&self, c: &Claim, now: u64) -> bool {
         matches!(self.status, Status::Active)
-            && self.finalized_at == c.finalized_at
+            && c.finalized_at == self.finalized_at
             && self.attempts == c.attempts
-            && self.row_version == c.row_version
+            && c.row_version == self.row_version
             && self.lease.as_ref().is_some_and(|(owner, token, until)| {
-                *owner == c.lease_owner && *token == c.lease_token && *until == c.lease_until_ms
+                c.lease_owner == owner.as_str()
+                    && c.lease_token == token.as_str()
+                    && c.lease_until_ms == *until
             })
-            && now < c.lease_until_ms
+            && now < c.lease_until_ms.get()
     }
 
     pub fn dead_letter(&self, id: &str) -> Option<DeadLetter> {
@@ -188,27 +187,24 @@ impl Model {
     }
 
     /// The claim the model expects, with the store's token.
-    pub fn lease(
-        &mut self,
-        id: &str,
-        worker: &str,
-        now: u64,
-        lease: u64,
-        token: &str,
-    ) -> SettlementAttemptClaim {
+    pub fn lease(&mut self, id: &str, worker: &str, now: u64, lease: u64, token: &str) -> Claimed {
         let row = self.rows.get_mut(id).unwrap();
+        let after_expiry = row.lease.is_some();
         row.row_version += 1;
         row.lease = Some((worker.into(), token.into(), now + lease));
-        SettlementAttemptClaim {
-            receipt_id: id.into(),
-            finalized_at: row.finalized_at,
-            attempts: row.attempts,
-            row_version: row.row_version,
-            lease_owner: worker.into(),
-            lease_token: token.into(),
-            lease_until_ms: now + lease,
+        Claimed {
+            claim: Claim {
+                receipt_id: ReceiptId::parse(id).unwrap(),
+                finalized_at: U63::try_from(row.finalized_at).unwrap(),
+                attempts: row.attempts,
+                row_version: U63::try_from(row.row_version).unwrap(),
+                lease_owner: WorkerId::parse(worker).unwrap(),
+                lease_token: LeaseToken::parse(token).unwrap(),
+                lease_until_ms: U63::try_from(now + lease).unwrap(),
+            },
             observation: row.observation.clone(),
-            group: "default".into(),
+            group: GroupName::default_group(),
+            after_expiry,
         }
     }
 
@@ -223,15 +219,12 @@ impl Model {
 
     pub fn record(
         &mut self,
-        c: &SettlementAttemptClaim,
-        input: &SettlementRoutingInput,
+        c: &Claim,
+        input: &Outcome,
         p: RetryPolicy,
         now: u64,
-    ) -> Answer<SettlementRoute> {
-        if p.validate().is_err() {
-            return Err(SettlementRouteErrorClass::InvalidRecord);
-        }
-        let Some(row) = self.rows.get_mut(&c.receipt_id) else {
+    ) -> Answer<Route> {
+        let Some(row) = self.rows.get_mut(c.receipt_id.as_str()) else {
             return Err(CONFLICT);
         };
         let failure = input.failure().map(|f| (f.code, f.detail_sha256.clone()));
@@ -248,7 +241,7 @@ impl Model {
                     && c.finalized_at == row.finalized_at
                     && c.attempts + 1 == *attempts;
                 if same {
-                    return Ok(SettlementRoute::DeadLettered {
+                    return Ok(Route::DeadLettered {
                         attempts: *attempts,
                     });
                 }
@@ -256,45 +249,45 @@ impl Model {
             return Err(CONFLICT);
         }
         let invocation = c.attempts + 1;
-        let mut h = entry(invocation, input.kind(), &c.lease_owner, now);
+        let mut h = entry(invocation, input.kind(), c.lease_owner.as_str(), now);
         h.code = failure.as_ref().map(|f| f.0);
         // Recorded as the worker reported it, whatever the route.
         h.retry_after_ms = input.retry_after_ms();
         h.detail_sha256 = failure.as_ref().map(|f| f.1.clone());
         row.lease = None;
         let route = match input {
-            SettlementRoutingInput::Accepted { transcript_id } => {
+            Outcome::Accepted { transcript_id } => {
                 h.transcript_id = Some(transcript_id.as_str().into());
                 row.status = Status::Settled(transcript_id.as_str().into());
                 row.next_visible = None;
-                SettlementRoute::NoAction
+                Route::NoAction
             }
-            SettlementRoutingInput::Skipped { reason } => {
+            Outcome::Skipped { reason } => {
                 h.reason = Some(*reason);
                 row.status = Status::Skipped(*reason);
                 row.next_visible = None;
-                SettlementRoute::NoAction
+                Route::NoAction
             }
-            SettlementRoutingInput::Retryable { reason, .. }
+            Outcome::Retryable { reason, .. }
                 if matches!(
                     reason.code,
                     SettlementFailureCode::Rpc | SettlementFailureCode::Backend
-                ) && c.attempts < p.max_retries =>
+                ) && c.attempts < p.max_retries() =>
             {
                 // The longer of the backoff and the rail's wait, never beyond the cap.
-                let wait = (p.initial_backoff_ms * u64::from(p.backoff_multiplier).pow(c.attempts))
-                    .max(input.retry_after_ms().unwrap_or(0))
-                    .min(p.backoff_cap_ms);
+                let wait = (p.initial_backoff_ms()
+                    * u64::from(p.backoff_multiplier()).pow(c.attempts))
+                .max(input.retry_after_ms().unwrap_or(0))
+                .min(p.backoff_cap_ms());
                 row.attempts = invocation;
                 row.next_visible = Some(now + wait);
                 row.last_failure = failure.clone();
-                SettlementRoute::RetryScheduled {
+                Route::RetryScheduled {
                     attempt: invocation,
                     next_visible_at_ms: now + wait,
                 }
             }
-            SettlementRoutingInput::Retryable { reason, .. }
-            | SettlementRoutingInput::Permanent { reason } => {
+            Outcome::Retryable { reason, .. } | Outcome::Permanent { reason } => {
                 row.status = Status::Dead {
                     attempts: invocation,
                     code: reason.code,
@@ -304,7 +297,7 @@ impl Model {
                 row.attempts = invocation;
                 row.next_visible = None;
                 row.last_failure = failure.clone();
-                SettlementRoute::DeadLettered {
+                Route::DeadLettered {
                     attempts: invocation,
                 }
             }
@@ -314,34 +307,34 @@ impl Model {
         Ok(route)
     }
 
-    pub fn extend(
-        &mut self,
-        c: &SettlementAttemptClaim,
-        extend: u64,
-        now: u64,
-    ) -> Answer<SettlementAttemptClaim> {
+    pub fn extend(&mut self, c: &Claim, extend: u64, now: u64) -> Answer<Claimed> {
         let row = self
             .rows
-            .get_mut(&c.receipt_id)
+            .get_mut(c.receipt_id.as_str())
             .filter(|r| r.matches(c, now))
             .ok_or(CONFLICT)?;
         row.lease.as_mut().unwrap().2 = now + extend;
-        Ok(SettlementAttemptClaim {
-            lease_until_ms: now + extend,
-            ..c.clone()
+        Ok(Claimed {
+            claim: Claim {
+                lease_until_ms: U63::try_from(now + extend).unwrap(),
+                ..c.clone()
+            },
+            observation: row.observation.clone(),
+            group: GroupName::default_group(),
+            after_expiry: false,
         })
     }
 
-    pub fn release(&mut self, c: &SettlementAttemptClaim, now: u64) -> Answer<()> {
+    pub fn release(&mut self, c: &Claim, now: u64) -> Answer<()> {
         let row = self
             .rows
-            .get_mut(&c.receipt_id)
+            .get_mut(c.receipt_id.as_str())
             .filter(|r| r.matches(c, now))
             .ok_or(CONFLICT)?;
         row.lease = None;
         row.next_visible = Some(now);
         row.history
-            .push(entry(c.attempts, "released", &c.lease_owner, now));
+            .push(entry(c.attempts, "released", c.lease_owner.as_str(), now));
         Ok(())
     }
 

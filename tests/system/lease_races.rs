@@ -144,12 +144,7 @@ async fn races(fresh: Fresh) {
         200
     };
     let mut rng = Rng::seeded();
-    let policy = RetryPolicy {
-        max_retries: 32,
-        initial_backoff_ms: 20,
-        backoff_multiplier: 1,
-        backoff_cap_ms: 20,
-    };
+    let policy = RetryPolicy::new(32, 20, 1, 20).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

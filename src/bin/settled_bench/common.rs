@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use settled::domain::{SettlementFailureCode, SettlementRoute, SettlementSkipReason};
+use settled::domain::{Route, SettlementFailureCode, SettlementSkipReason};
 use settled::http::wire::OutcomeIn;
 
 /// Errors of the bench itself.
@@ -203,20 +203,20 @@ impl Ledger {
     }
 
     /// Note the route the store gave to `kind` for receipt `index`.
-    pub fn route(&self, index: usize, kind: Kind, route: &SettlementRoute) {
+    pub fn route(&self, index: usize, kind: Kind, route: &Route) {
         match route {
-            SettlementRoute::RetryScheduled { .. } => {
+            Route::RetryScheduled { .. } => {
                 self.retries.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            SettlementRoute::NoAction if kind == Kind::Accepted => {
+            Route::NoAction if kind == Kind::Accepted => {
                 self.accepted[index].fetch_add(1, Ordering::Relaxed);
                 self.settled.fetch_add(1, Ordering::Relaxed);
             }
-            SettlementRoute::NoAction => {
+            Route::NoAction => {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
             }
-            SettlementRoute::DeadLettered { .. } => {
+            Route::DeadLettered { .. } => {
                 self.dead_lettered.fetch_add(1, Ordering::Relaxed);
             }
         }

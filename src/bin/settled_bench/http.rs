@@ -141,12 +141,12 @@ impl Api {
                 .as_u64()
                 .ok_or_else(|| err(format!("/v1/info has no retry_policy.{name}")))
         };
-        let policy = RetryPolicy {
-            max_retries: u32::try_from(field("max_retries")?)?,
-            initial_backoff_ms: field("initial_backoff_ms")?,
-            backoff_multiplier: u32::try_from(field("backoff_multiplier")?)?,
-            backoff_cap_ms: field("backoff_cap_ms")?,
-        };
+        let policy = RetryPolicy::new(
+            u32::try_from(field("max_retries")?)?,
+            field("initial_backoff_ms")?,
+            u32::try_from(field("backoff_multiplier")?)?,
+            field("backoff_cap_ms")?,
+        )?;
         Ok((backend, policy))
     }
 

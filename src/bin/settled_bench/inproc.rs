@@ -209,8 +209,9 @@ async fn worker(
         }
         let mut items = Vec::with_capacity(claims.len());
         let mut meta = Vec::with_capacity(claims.len());
-        for claim in claims {
-            let Some(index) = ids.index(&claim.receipt_id) else {
+        for claimed in claims {
+            let claim = claimed.claim;
+            let Some(index) = ids.index(claim.receipt_id.as_str()) else {
                 ledger.foreign.fetch_add(1, Ordering::Relaxed);
                 continue;
             };

@@ -20,12 +20,11 @@ pub const FAST_RETRY_ARGS: [&str; 6] = [
 ];
 
 /// The same policy, for an in-process store.
-pub const FAST_RETRY: settled::domain::RetryPolicy = settled::domain::RetryPolicy {
-    max_retries: 3,
-    initial_backoff_ms: 1,
-    backoff_multiplier: 2,
-    backoff_cap_ms: 5,
-};
+pub const FAST_RETRY: settled::domain::RetryPolicy =
+    match settled::domain::RetryPolicy::new(3, 1, 2, 5) {
+        Ok(policy) => policy,
+        Err(_) => panic!("FAST_RETRY is out of bounds"),
+    };
 
 /// A database made for this run, removed by [`FreshDb::drop_db`] (SQLite: also on drop).
 pub enum FreshDb {

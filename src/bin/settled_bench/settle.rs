@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use settled::domain::{SettlementAttemptClaim, SettlementRoute};
-use settled::http::wire::OutcomeIn;
+use settled::domain::Route;
+use settled::http::wire::{ClaimBody as Claim, OutcomeIn};
 
 use super::common::{Ids, Kind, Latencies, Ledger, Pacer, Res, err};
 use super::http::Api;
@@ -15,18 +15,18 @@ use super::inproc::Workload;
 
 #[derive(Deserialize)]
 struct ClaimsBody {
-    claims: Vec<SettlementAttemptClaim>,
+    claims: Vec<Claim>,
 }
 
 #[derive(Serialize)]
 struct Item<'a> {
-    claim: &'a SettlementAttemptClaim,
+    claim: &'a Claim,
     outcome: OutcomeIn,
 }
 
 #[derive(Deserialize)]
 struct ItemResult {
-    route: Option<SettlementRoute>,
+    route: Option<Route>,
     error: Option<Problem>,
 }
 
@@ -156,7 +156,7 @@ async fn worker(
 fn one(ledger: &Ledger, (index, kind): (usize, Kind), answer: Res<(u16, Vec<u8>)>) -> Res<()> {
     match answer {
         Ok((200, bytes)) => {
-            let route: SettlementRoute = serde_json::from_slice(&bytes)?;
+            let route: Route = serde_json::from_slice(&bytes)?;
             ledger.route(index, kind, &route);
         }
         Ok((409, _)) => {

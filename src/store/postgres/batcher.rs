@@ -11,7 +11,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use crate::domain::SettlementRouteError;
+use crate::domain::StoreError;
 use crate::store::StoreResult;
 
 /// A request that can be merged with others of its kind.
@@ -59,10 +59,10 @@ impl<J: Mergeable> Batcher<J> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Request { job, reply })
-            .map_err(|_| SettlementRouteError::backend("the write queue has stopped"))?;
+            .map_err(|_| StoreError::backend("the write queue has stopped"))?;
         answer
             .await
-            .unwrap_or_else(|_| Err(SettlementRouteError::backend("the write queue has stopped")))
+            .unwrap_or_else(|_| Err(StoreError::backend("the write queue has stopped")))
     }
 }
 
@@ -124,7 +124,7 @@ async fn run_contained<J: Mergeable>(
 ) -> (Vec<StoreResult<J::Answer>>, bool) {
     let count = jobs.len();
     let failed = |why: &str| {
-        let e = SettlementRouteError::backend(why);
+        let e = StoreError::backend(why);
         ((0..count).map(|_| Err(e.clone())).collect(), false)
     };
     let pool = pool.clone();

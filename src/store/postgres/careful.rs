@@ -11,11 +11,8 @@ use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::super::rows::to_i64;
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
-use super::{Tx, announce, begin, finish, in_id_order, row, storable};
-use crate::domain::{
-    LeaseMs, RetryPolicy, SettlementAttemptClaim, SettlementRoute, SettlementRouteError,
-    SettlementRoutingInput,
-};
+use super::{Tx, announce, begin, finish, in_id_order, row};
+use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;
 use crate::store::rows::ReceiptRow;
 
@@ -72,24 +69,8 @@ const EXTEND: &str = concat!(
     pg_receipt_columns!()
 );
 
-fn cas_storable(cas: &Cas<'_>) -> bool {
-    storable(cas.receipt_id) && storable(cas.lease_owner) && storable(cas.lease_token)
-}
-
-/// The row, or `None` for an id no stored row can have.
-async fn row_if_storable(
-    conn: &mut PgConnection,
-    receipt_id: &str,
-) -> StoreResult<Option<ReceiptRow>> {
-    if storable(receipt_id) {
-        row(conn, receipt_id).await
-    } else {
-        Ok(None)
-    }
-}
-
 /// A guard without a replay never matches; its answer is the error.
-fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
+fn miss(explained: StoreResult<Route>) -> StoreError {
     explained.err().unwrap_or_else(rules::mismatch)
 }
 
@@ -158,27 +139,26 @@ async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResu
 async fn record_one(
     tx: &mut Tx,
     careful: bool,
-    claim: &SettlementAttemptClaim,
-    input: &SettlementRoutingInput,
+    claim: &Claim,
+    input: &Outcome,
     policy: RetryPolicy,
     observed_at_ms: u64,
-) -> StoreResult<Option<StoreResult<SettlementRoute>>> {
+) -> StoreResult<Option<StoreResult<Route>>> {
     let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
         Ok(plan) => plan,
         Err(refusal) => {
-            let found = row_if_storable(tx, &claim.receipt_id).await?;
-            let refused =
-                rules::refused_plan(found.as_ref(), claim, refusal, policy, observed_at_ms);
+            let found = row(tx, claim.receipt_id.as_str()).await?;
+            let refused = rules::refused_plan(found.as_ref(), claim, refusal, observed_at_ms);
             return Ok(Some(Err(refused)));
         }
     };
-    let cas = Cas::of(claim)?;
-    if plan.lease_live && cas_storable(&cas) {
+    let cas = Cas::of(claim);
+    if plan.lease_live {
         if !careful {
             match apply(&mut *tx, &cas, &plan).await {
                 Ok(true) => return Ok(Some(Ok(plan.route))),
                 Ok(false) => {}
-                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                Err(e @ StoreError::Backend { .. }) => return Err(e),
                 Err(_) => return Ok(None),
             }
         } else {
@@ -190,7 +170,7 @@ async fn record_one(
                         return Ok(Some(Ok(plan.route)));
                     }
                 }
-                Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                Err(e @ StoreError::Backend { .. }) => return Err(e),
                 Err(e) => {
                     item.rollback().await?;
                     return Ok(Some(Err(e)));
@@ -198,7 +178,7 @@ async fn record_one(
             }
         }
     }
-    let row = row_if_storable(tx, &claim.receipt_id).await?;
+    let row = row(tx, claim.receipt_id.as_str()).await?;
     Ok(Some(rules::explain_miss(
         row.as_ref(),
         claim,
@@ -212,16 +192,15 @@ async fn record_one(
 async fn record_all(
     tx: &mut Tx,
     careful: bool,
-    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+    outcomes: &[(Claim, Outcome)],
     policy: RetryPolicy,
     observed_at_ms: u64,
-) -> StoreResult<Option<Vec<StoreResult<SettlementRoute>>>> {
-    let mut results: Vec<Option<StoreResult<SettlementRoute>>> =
-        outcomes.iter().map(|_| None).collect();
+) -> StoreResult<Option<Vec<StoreResult<Route>>>> {
+    let mut results: Vec<Option<StoreResult<Route>>> = outcomes.iter().map(|_| None).collect();
     for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
         let (claim, input) = &outcomes[i];
         match record_one(tx, careful, claim, input, policy, observed_at_ms).await {
-            Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+            Err(e @ StoreError::Backend { .. }) => return Err(e),
             Err(e) => results[i] = Some(Err(e)),
             Ok(None) => return Ok(None),
             Ok(Some(result)) => results[i] = Some(result),
@@ -234,54 +213,44 @@ async fn record_all(
     Ok(Some(results))
 }
 
-pub(super) fn retried(result: &StoreResult<SettlementRoute>) -> bool {
-    matches!(result, Ok(SettlementRoute::RetryScheduled { .. }))
+pub(super) fn retried(result: &StoreResult<Route>) -> bool {
+    matches!(result, Ok(Route::RetryScheduled { .. }))
 }
 
-async fn extend(
-    tx: &mut Tx,
-    claim: &SettlementAttemptClaim,
-    now_ms: u64,
-    until: i64,
-) -> StoreResult<SettlementAttemptClaim> {
-    let cas = Cas::of(claim)?;
+async fn extend(tx: &mut Tx, claim: &Claim, now_ms: u64, until: i64) -> StoreResult<Claimed> {
+    let cas = Cas::of(claim);
     let now = to_i64(now_ms, "now_ms")?;
-    let updated: Option<ReceiptRow> = if cas_storable(&cas) {
-        sqlx::query_as(EXTEND)
-            .bind(cas.receipt_id)
-            .bind(cas.finalized_at)
-            .bind(cas.attempts)
-            .bind(cas.row_version)
-            .bind(cas.lease_owner)
-            .bind(cas.lease_token)
-            .bind(cas.lease_until_ms)
-            .bind(now)
-            .bind(until)
-            .fetch_optional(&mut **tx)
-            .await?
-    } else {
-        None
-    };
+    let updated: Option<ReceiptRow> = sqlx::query_as(EXTEND)
+        .bind(cas.receipt_id)
+        .bind(cas.finalized_at)
+        .bind(cas.attempts)
+        .bind(cas.row_version)
+        .bind(cas.lease_owner)
+        .bind(cas.lease_token)
+        .bind(cas.lease_until_ms)
+        .bind(now)
+        .bind(until)
+        .fetch_optional(&mut **tx)
+        .await?;
     match updated {
-        Some(row) => row.claim(),
+        Some(row) => row.claimed(),
         None => {
-            let row = row_if_storable(tx, &claim.receipt_id).await?;
+            let row = row(tx, claim.receipt_id.as_str()).await?;
             Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)))
         }
     }
 }
 
-async fn release(tx: &mut Tx, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
-    let cas = Cas::of(claim)?;
+async fn release(tx: &mut Tx, claim: &Claim, now_ms: u64) -> StoreResult<()> {
+    let cas = Cas::of(claim);
     let now = to_i64(now_ms, "now_ms")?;
-    let released = cas_storable(&cas)
-        && guarded(RELEASE, &cas, now, &rules::release_entry(claim, now))
-            .execute(&mut **tx)
-            .await?
-            .rows_affected()
-            == 1;
+    let released = guarded(RELEASE, &cas, now, &rules::release_entry(claim, now))
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()
+        == 1;
     if !released {
-        let row = row_if_storable(tx, &claim.receipt_id).await?;
+        let row = row(tx, claim.receipt_id.as_str()).await?;
         return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
     }
     announce(tx).await
@@ -291,10 +260,10 @@ async fn release(tx: &mut Tx, claim: &SettlementAttemptClaim, now_ms: u64) -> St
 /// savepoints first, then with one per item when the database refused one.
 pub(super) async fn record_outcomes(
     pool: &PgPool,
-    outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+    outcomes: &[(Claim, Outcome)],
     policy: RetryPolicy,
     observed_at_ms: u64,
-) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+) -> StoreResult<Vec<StoreResult<Route>>> {
     let mut tx = begin(pool).await?;
     let fast = record_all(&mut tx, false, outcomes, policy, observed_at_ms).await;
     match fast {
@@ -305,9 +274,8 @@ pub(super) async fn record_outcomes(
             tx.rollback().await?;
             let mut tx = begin(pool).await?;
             let careful = record_all(&mut tx, true, outcomes, policy, observed_at_ms).await;
-            let careful = careful.and_then(|r| {
-                r.ok_or_else(|| SettlementRouteError::backend("careful retry asked to retry"))
-            });
+            let careful = careful
+                .and_then(|r| r.ok_or_else(|| StoreError::backend("careful retry asked to retry")));
             finish(tx, careful).await
         }
         Err(e) => finish(tx, Err(e)).await,
@@ -317,10 +285,10 @@ pub(super) async fn record_outcomes(
 /// Extend one lease in a transaction of its own.
 pub(super) async fn extend_claim(
     pool: &PgPool,
-    claim: &SettlementAttemptClaim,
+    claim: &Claim,
     extend_ms: LeaseMs,
     now_ms: u64,
-) -> StoreResult<SettlementAttemptClaim> {
+) -> StoreResult<Claimed> {
     let until = rules::lease_deadline(now_ms, extend_ms.get())?;
     let mut tx = begin(pool).await?;
     let result = extend(&mut tx, claim, now_ms, until).await;
@@ -328,11 +296,7 @@ pub(super) async fn extend_claim(
 }
 
 /// Release one lease in a transaction of its own.
-pub(super) async fn release_claim(
-    pool: &PgPool,
-    claim: &SettlementAttemptClaim,
-    now_ms: u64,
-) -> StoreResult<()> {
+pub(super) async fn release_claim(pool: &PgPool, claim: &Claim, now_ms: u64) -> StoreResult<()> {
     let mut tx = begin(pool).await?;
     let result = release(&mut tx, claim, now_ms).await;
     finish(tx, result).await

@@ -2,16 +2,14 @@
 //! `FOR UPDATE SKIP LOCKED` statement that is all or nothing.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use sqlx::PgPool;
 
 use super::super::rows::to_i64;
-use super::{PostgresStore, Tx, begin, finish, row_for_update, storable};
+use super::{PostgresStore, Tx, begin, finish, row_for_update};
 use crate::domain::{
-    Candidate, ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, SettlementAttemptClaim,
-    SettlementRouteError, WorkerId,
+    Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError,
+    WorkerId,
 };
 use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
 use crate::store::rows::ReceiptRow;
@@ -185,10 +183,6 @@ async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<V
     Ok(fair.quotas())
 }
 
-/// Whether anything is due at `$1`.
-const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE status = 'active' \
-     AND held_at_ms IS NULL AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1))";
-
 /// Lease one row read (and locked) in the same transaction.
 const LEASE: &str = concat!(
     "UPDATE receipts SET row_version = $3, lease_owner = $4, lease_token = $5, lease_until_ms = $6 \
@@ -203,7 +197,7 @@ const LEASE: &str = concat!(
 /// and it has a rate. `Err(paused)` when not.
 async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
     let group = GroupName::parse(name)
-        .map_err(|_| SettlementRouteError::invalid_record("stored group name is out of range"))?;
+        .map_err(|_| StoreError::invalid_record("stored group name is out of range"))?;
     let fair = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1).await?;
     match fair.admit_one() {
         Ok(spent) => spend(tx, spent).await.map(Ok),
@@ -237,21 +231,8 @@ struct ClaimedRow {
     row: ReceiptRow,
 }
 
-/// A worker id as the database can store it.
-fn storable_worker(worker_id: &WorkerId) -> StoreResult<&str> {
-    let id = worker_id.as_str();
-    if storable(id) {
-        Ok(id)
-    } else {
-        Err(SettlementRouteError::invalid_record(
-            "worker_id contains NUL, which PostgreSQL text cannot store",
-        ))
-    }
-}
-
 async fn claim_one(
     tx: &mut Tx,
-    expired: &AtomicU64,
     receipt_id: &ReceiptId,
     worker_id: &WorkerId,
     now: i64,
@@ -273,17 +254,16 @@ async fn claim_one(
                 .bind(&row.receipt_id)
                 .bind(row.row_version)
                 .bind(version)
-                .bind(storable_worker(worker_id)?)
+                .bind(worker_id.as_str())
                 .bind(rules::new_lease_token()?)
                 .bind(until)
                 .bind(now)
                 .fetch_optional(&mut **tx)
                 .await?;
-            let leased = leased.ok_or_else(rules::changed_while_claimed)?;
-            if row.lease_until_ms.is_some() {
-                expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            ReceiptClaim::Claimed(leased.claim()?)
+            let mut claimed = leased.ok_or_else(rules::changed_while_claimed)?.claimed()?;
+            // A due row that still holds a lease holds an expired one.
+            claimed.after_expiry = row.lease_until_ms.is_some();
+            ReceiptClaim::Claimed(claimed)
         }
         _ => ReceiptClaim::NoActiveWork,
     })
@@ -294,12 +274,11 @@ async fn claim_one(
 /// or limits hold them back.
 async fn lease_due(
     tx: &mut Tx,
-    expired: &AtomicU64,
     slots: &[(&str, i64)],
     now: i64,
     only: &[GroupName],
     turn: &Turn,
-) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+) -> StoreResult<DueClaims<Claimed>> {
     let mut fair = groups_for_claim(tx, only, &turn_after(turn), now, slots.len() as u64).await?;
     let quotas = share_out(tx, &mut fair, now).await?;
     fair.pass_turn(turn, &quotas);
@@ -327,8 +306,6 @@ async fn lease_due(
         .fetch_all(&mut **tx)
         .await?;
     rows.sort_by_key(|r| r.pick);
-    let reclaimed = rows.iter().filter(|r| r.prior_until.is_some()).count();
-    expired.fetch_add(reclaimed as u64, std::sync::atomic::Ordering::Relaxed);
     // What each group gave, counted in one pass over the rows.
     let mut by_group: HashMap<&str, u64> = HashMap::new();
     for r in &rows {
@@ -344,35 +321,19 @@ async fn lease_due(
         .iter()
         .map(|r| {
             if rules::next_row_version(r.prior_version)? != r.row.row_version {
-                return Err(SettlementRouteError::invalid_record(
-                    "row_version did not advance",
-                ));
+                return Err(StoreError::invalid_record("row_version did not advance"));
             }
-            r.row.claim()
+            let mut claimed = r.row.claimed()?;
+            claimed.after_expiry = r.prior_until.is_some();
+            Ok(claimed)
         })
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(fair.answer(claims))
 }
 
-async fn claim_batch(
-    tx: &mut Tx,
-    expired: &AtomicU64,
-    job: &ClaimJob,
-) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
-    if !storable(job.worker_id.as_str()) {
-        // As on SQLite, an empty queue is answered whatever the worker id.
-        let due: bool = sqlx::query_scalar(ANY_DUE)
-            .bind(job.now)
-            .fetch_one(&mut **tx)
-            .await?;
-        return if due {
-            storable_worker(&job.worker_id).map(|_| DueClaims::default())
-        } else {
-            Ok(DueClaims::default())
-        };
-    }
+async fn claim_batch(tx: &mut Tx, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
     let slots = vec![(job.worker_id.as_str(), job.until); job.limit];
-    lease_due(tx, expired, &slots, job.now, &job.only, &job.turn).await
+    lease_due(tx, &slots, job.now, &job.only, &job.turn).await
 }
 
 /// One worker's batch claim, as the claim queue carries it.
@@ -382,12 +343,11 @@ pub(super) struct ClaimJob {
     until: i64,
     limit: usize,
     only: Vec<GroupName>,
-    expired: Arc<AtomicU64>,
     turn: Turn,
 }
 
 impl super::batcher::Mergeable for ClaimJob {
-    type Answer = DueClaims<SettlementAttemptClaim>;
+    type Answer = DueClaims<Claimed>;
 
     fn size(&self) -> usize {
         self.limit.max(1)
@@ -402,12 +362,9 @@ impl super::batcher::Mergeable for ClaimJob {
 }
 
 /// One claim in a transaction of its own: all or nothing.
-async fn claim_alone(
-    pool: &PgPool,
-    job: &ClaimJob,
-) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
     let mut tx = begin(pool).await?;
-    let result = claim_batch(&mut tx, &job.expired, job).await;
+    let result = claim_batch(&mut tx, job).await;
     finish(tx, result).await
 }
 
@@ -422,11 +379,8 @@ async fn claim_alone(
 async fn claim_jobs(
     pool: &PgPool,
     jobs: &[ClaimJob],
-) -> (Vec<StoreResult<DueClaims<SettlementAttemptClaim>>>, bool) {
-    let alone = jobs.len() == 1
-        || jobs
-            .iter()
-            .any(|j| !storable(j.worker_id.as_str()) || j.only != jobs[0].only);
+) -> (Vec<StoreResult<DueClaims<Claimed>>>, bool) {
+    let alone = jobs.len() == 1 || jobs.iter().any(|j| j.only != jobs[0].only);
     if !alone {
         match claim_merged(pool, jobs).await {
             Ok(Some(answers)) => return (answers.into_iter().map(Ok).collect(), false),
@@ -445,25 +399,16 @@ async fn claim_jobs(
 async fn claim_merged(
     pool: &PgPool,
     jobs: &[ClaimJob],
-) -> StoreResult<Option<Vec<DueClaims<SettlementAttemptClaim>>>> {
+) -> StoreResult<Option<Vec<DueClaims<Claimed>>>> {
     let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
     let slots: Vec<(&str, i64)> = jobs
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
     let mut tx = begin(pool).await?;
-    let due = match lease_due(
-        &mut tx,
-        &jobs[0].expired,
-        &slots,
-        now,
-        &jobs[0].only,
-        &jobs[0].turn,
-    )
-    .await
-    {
+    let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &jobs[0].turn).await {
         Ok(due) => due,
-        Err(e @ SettlementRouteError::Backend { .. }) => return finish(tx, Err(e)).await,
+        Err(e @ StoreError::Backend { .. }) => return finish(tx, Err(e)).await,
         Err(_) => {
             tx.rollback().await?;
             return Ok(None);
@@ -497,7 +442,7 @@ impl PostgresStore {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let mut tx = self.begin().await?;
-        let result = claim_one(&mut tx, &self.expiries, receipt_id, worker_id, now, until).await;
+        let result = claim_one(&mut tx, receipt_id, worker_id, now, until).await;
         finish(tx, result).await
     }
 
@@ -508,7 +453,7 @@ impl PostgresStore {
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
-    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    ) -> StoreResult<DueClaims<Claimed>> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         self.claims
@@ -518,7 +463,6 @@ impl PostgresStore {
                 until,
                 limit: limit.get(),
                 only: only.to_vec(),
-                expired: self.expiries.clone(),
                 turn: self.turn.clone(),
             })
             .await

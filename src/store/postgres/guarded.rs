@@ -8,8 +8,8 @@ use sqlx::PgConnection;
 
 use super::super::rows::ReceiptRow;
 use super::super::rules::{Cas, Change, NewHistory, Plan};
-use super::{CHANNEL, storable};
-use crate::domain::SettlementRouteError;
+use super::CHANNEL;
+use crate::domain::StoreError;
 use crate::store::StoreResult;
 
 /// The claim fields of the compare-and-swap, owned, with the clock of the check.
@@ -26,11 +26,8 @@ pub(super) struct Guard {
 }
 
 impl Guard {
-    /// `None` when a field holds NUL: no stored row can match it.
-    pub fn of(cas: &Cas<'_>, now: i64) -> Option<Self> {
-        let storable_cas =
-            storable(cas.receipt_id) && storable(cas.lease_owner) && storable(cas.lease_token);
-        storable_cas.then(|| Self {
+    pub fn of(cas: &Cas<'_>, now: i64) -> Self {
+        Self {
             receipt_id: cas.receipt_id.to_owned(),
             finalized_at: cas.finalized_at,
             attempts: cas.attempts,
@@ -39,7 +36,7 @@ impl Guard {
             lease_token: cas.lease_token.to_owned(),
             lease_until_ms: cas.lease_until_ms,
             now,
-        })
+        }
     }
 }
 
@@ -274,18 +271,17 @@ pub(super) async fn extend_round(
         let slot = usize::try_from(extended.b_item - 1)
             .ok()
             .and_then(|i| out.get_mut(i))
-            .ok_or_else(|| SettlementRouteError::backend("extension answered an unknown item"))?;
+            .ok_or_else(|| StoreError::backend("extension answered an unknown item"))?;
         *slot = Some(extended.row);
     }
     Ok(out)
 }
 
-/// The current rows of `ids` (storable ones only), in one read, by id.
+/// The current rows of `ids`, in one read, by id.
 pub(super) async fn rows_of(
     conn: &mut PgConnection,
     ids: &[&str],
 ) -> StoreResult<std::collections::HashMap<String, ReceiptRow>> {
-    let ids: Vec<&str> = ids.iter().copied().filter(|id| storable(id)).collect();
     if ids.is_empty() {
         return Ok(std::collections::HashMap::new());
     }

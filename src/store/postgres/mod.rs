@@ -31,7 +31,6 @@ pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,9 +44,8 @@ use super::group_list::{self, GroupListRow};
 use super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::{explain, rules};
 use crate::domain::{
-    ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim,
-    SettlementRoute, SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding,
-    WorkerId,
+    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
+    Route, SettlementStoreBinding, StoreError, WorkerId,
 };
 use crate::store::{
     ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
@@ -93,7 +91,6 @@ pub struct PostgresStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     listener: AbortHandle,
-    expiries: Arc<AtomicU64>,
     /// Where this replica's next claim's turn over the groups starts after.
     turn: Turn,
     /// Longest a store call may take before it is answered as a backend
@@ -150,7 +147,7 @@ impl PostgresStore {
             .await?;
         let digest: [u8; 32] = bytes
             .try_into()
-            .map_err(|_| SettlementRouteError::invalid_record("store binding"))?;
+            .map_err(|_| StoreError::invalid_record("store binding"))?;
         let notify = Arc::new(Notify::new());
         let listener = listen::start(connect, acquire_timeout, notify.clone()).await?;
         let bound = (statement_timeout > 0)
@@ -172,7 +169,6 @@ impl PostgresStore {
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
-            expiries: Arc::new(AtomicU64::new(0)),
             turn: Turn::default(),
             bound,
             writes,
@@ -191,9 +187,7 @@ impl PostgresStore {
         match self.bound {
             None => call.await,
             Some(bound) => tokio::time::timeout(bound, call).await.unwrap_or_else(|_| {
-                Err(SettlementRouteError::backend(
-                    "the database did not answer in time",
-                ))
+                Err(StoreError::backend("the database did not answer in time"))
             }),
         }
     }
@@ -227,7 +221,7 @@ async fn begin_with(pool: &PgPool, statement: &'static str) -> StoreResult<Tx> {
     let pool = pool.clone();
     tokio::spawn(async move { pool.begin_with(statement).await })
         .await
-        .map_err(|e| SettlementRouteError::backend(format!("opening a transaction: {e}")))?
+        .map_err(|e| StoreError::backend(format!("opening a transaction: {e}")))?
         .map_err(Into::into)
 }
 
@@ -359,7 +353,7 @@ impl SettlementOutcomeStore for PostgresStore {
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
-    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    ) -> StoreResult<DueClaims<Claimed>> {
         self.bounded(self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only))
             .await
     }
@@ -391,10 +385,10 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn record_claimed_outcomes(
         &self,
-        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        outcomes: &[(Claim, Outcome)],
         policy: RetryPolicy,
         observed_at_ms: u64,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    ) -> StoreResult<Vec<StoreResult<Route>>> {
         let job = outcome::Job::Outcomes {
             items: outcomes.to_vec(),
             policy,
@@ -402,16 +396,16 @@ impl SettlementOutcomeStore for PostgresStore {
         };
         match self.bounded(self.writes.run(job)).await? {
             outcome::Answer::Outcomes(routes) => Ok(routes),
-            _ => Err(SettlementRouteError::backend("an answer of the wrong kind")),
+            _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
     }
 
     async fn extend_lease(
         &self,
-        claim: &SettlementAttemptClaim,
+        claim: &Claim,
         extend_ms: LeaseMs,
         now_ms: u64,
-    ) -> StoreResult<SettlementAttemptClaim> {
+    ) -> StoreResult<Claimed> {
         let job = outcome::Job::Extend {
             claim: claim.clone(),
             extend_ms,
@@ -419,18 +413,18 @@ impl SettlementOutcomeStore for PostgresStore {
         };
         match self.bounded(self.writes.run(job)).await? {
             outcome::Answer::Extend(extended) => extended,
-            _ => Err(SettlementRouteError::backend("an answer of the wrong kind")),
+            _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
     }
 
-    async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+    async fn release_lease(&self, claim: &Claim, now_ms: u64) -> StoreResult<()> {
         let job = outcome::Job::Release {
             claim: claim.clone(),
             now_ms,
         };
         match self.bounded(self.writes.run(job)).await? {
             outcome::Answer::Release(released) => released,
-            _ => Err(SettlementRouteError::backend("an answer of the wrong kind")),
+            _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
     }
 
@@ -477,10 +471,6 @@ impl SettlementOutcomeStore for PostgresStore {
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
         let before = super::rows::to_i64(finished_before_ms, "finished_before_ms")?;
         self.purge_with_horizon(before, limit).await
-    }
-
-    fn lease_expiries_observed(&self) -> u64 {
-        self.expiries.load(Ordering::Relaxed)
     }
 
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {

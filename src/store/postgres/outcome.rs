@@ -11,11 +11,8 @@ use super::super::rows::to_i64;
 use super::super::rules::{self, Cas};
 use super::careful;
 use super::guarded::{self, Extension, Guard, NewValues, Write};
-use super::{begin, finish, row, storable};
-use crate::domain::{
-    LeaseMs, RetryPolicy, SettlementAttemptClaim, SettlementRoute, SettlementRouteError,
-    SettlementRoutingInput,
-};
+use super::{begin, finish, row};
+use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;
 use crate::store::rows::ReceiptRow;
 
@@ -23,17 +20,17 @@ use crate::store::rows::ReceiptRow;
 #[derive(Debug, Clone)]
 pub(super) enum Job {
     Outcomes {
-        items: Vec<(SettlementAttemptClaim, SettlementRoutingInput)>,
+        items: Vec<(Claim, Outcome)>,
         policy: RetryPolicy,
         observed_at_ms: u64,
     },
     Extend {
-        claim: SettlementAttemptClaim,
+        claim: Claim,
         extend_ms: LeaseMs,
         now_ms: u64,
     },
     Release {
-        claim: SettlementAttemptClaim,
+        claim: Claim,
         now_ms: u64,
     },
 }
@@ -41,8 +38,8 @@ pub(super) enum Job {
 /// The answer to a [`Job`], as the store call returns it.
 #[derive(Debug, Clone)]
 pub(super) enum Answer {
-    Outcomes(Vec<StoreResult<SettlementRoute>>),
-    Extend(StoreResult<SettlementAttemptClaim>),
+    Outcomes(Vec<StoreResult<Route>>),
+    Extend(StoreResult<Claimed>),
     Release(StoreResult<()>),
 }
 
@@ -68,10 +65,8 @@ impl Job {
     fn empty_answer(&self) -> Answer {
         match self {
             Self::Outcomes { .. } => Answer::Outcomes(Vec::new()),
-            Self::Extend { .. } => Answer::Extend(Err(SettlementRouteError::backend("no answer"))),
-            Self::Release { .. } => {
-                Answer::Release(Err(SettlementRouteError::backend("no answer")))
-            }
+            Self::Extend { .. } => Answer::Extend(Err(StoreError::backend("no answer"))),
+            Self::Release { .. } => Answer::Release(Err(StoreError::backend("no answer"))),
         }
     }
 }
@@ -79,13 +74,13 @@ impl Job {
 /// One item of one job.
 struct Unit<'a> {
     job: usize,
-    claim: &'a SettlementAttemptClaim,
+    claim: &'a Claim,
     kind: UnitKind<'a>,
 }
 
 enum UnitKind<'a> {
     Outcome {
-        input: &'a SettlementRoutingInput,
+        input: &'a Outcome,
         policy: RetryPolicy,
         observed_at_ms: u64,
     },
@@ -103,18 +98,18 @@ enum Prep {
     /// Answered without looking at the row (a value that does not fit).
     Done(UnitAnswer),
     /// A guarded write to try; on a miss the row explains why.
-    Write(Box<Write>, Option<SettlementRoute>),
+    Write(Box<Write>, Option<Route>),
     Extend(Extension),
     /// No guard can match: the row explains why.
     Explain,
     /// The outcome's plan was refused; the row may turn it into a conflict.
-    Refused(SettlementRouteError),
+    Refused(StoreError),
 }
 
 #[derive(Debug, Clone)]
 enum UnitAnswer {
-    Route(StoreResult<SettlementRoute>),
-    Extended(StoreResult<SettlementAttemptClaim>),
+    Route(StoreResult<Route>),
+    Extended(StoreResult<Claimed>),
     Released(StoreResult<()>),
 }
 
@@ -123,13 +118,13 @@ impl UnitAnswer {
     fn wakes(&self) -> bool {
         matches!(
             self,
-            Self::Route(Ok(SettlementRoute::RetryScheduled { .. })) | Self::Released(Ok(()))
+            Self::Route(Ok(Route::RetryScheduled { .. })) | Self::Released(Ok(()))
         )
     }
 }
 
 /// A guard without a replay never matches; its answer is the error.
-fn miss(explained: StoreResult<SettlementRoute>) -> SettlementRouteError {
+fn miss(explained: StoreResult<Route>) -> StoreError {
     explained.err().unwrap_or_else(rules::mismatch)
 }
 
@@ -182,51 +177,44 @@ fn prepare(unit: &Unit<'_>) -> Prep {
         } => match rules::plan_outcome(claim, input, policy, observed_at_ms) {
             Err(refusal) => Prep::Refused(refusal),
             Ok(plan) => {
-                // The plan has already converted the claim.
-                let guard = Cas::of(claim)
-                    .ok()
-                    .and_then(|cas| Guard::of(&cas, plan.observed_at_ms));
-                match guard {
-                    Some(guard) if plan.lease_live => Prep::Write(
+                if plan.lease_live {
+                    Prep::Write(
                         Box::new(Write {
-                            guard,
+                            guard: Guard::of(&Cas::of(claim), plan.observed_at_ms),
                             values: NewValues::of_plan(&plan),
                             history: plan.history.clone(),
-                            wakes: matches!(plan.route, SettlementRoute::RetryScheduled { .. }),
+                            wakes: matches!(plan.route, Route::RetryScheduled { .. }),
                         }),
                         Some(plan.route),
-                    ),
-                    _ => Prep::Explain,
+                    )
+                } else {
+                    Prep::Explain
                 }
             }
         },
         UnitKind::Extend { extend_ms, now_ms } => {
             let checked = rules::lease_deadline(now_ms, extend_ms.get())
-                .and_then(|until| Ok((until, Cas::of(claim)?, to_i64(now_ms, "now_ms")?)));
+                .and_then(|until| Ok((until, to_i64(now_ms, "now_ms")?)));
             match checked {
                 Err(e) => Prep::Done(UnitAnswer::Extended(Err(e))),
-                Ok((until, cas, now)) => Guard::of(&cas, now).map_or(Prep::Explain, |guard| {
-                    Prep::Extend(Extension { guard, until })
+                Ok((until, now)) => Prep::Extend(Extension {
+                    guard: Guard::of(&Cas::of(claim), now),
+                    until,
                 }),
             }
         }
-        UnitKind::Release { now_ms } => {
-            let checked = Cas::of(claim).and_then(|cas| Ok((cas, to_i64(now_ms, "now_ms")?)));
-            match checked {
-                Err(e) => Prep::Done(UnitAnswer::Released(Err(e))),
-                Ok((cas, now)) => Guard::of(&cas, now).map_or(Prep::Explain, |guard| {
-                    Prep::Write(
-                        Box::new(Write {
-                            guard,
-                            values: NewValues::release(now),
-                            history: rules::release_entry(claim, now),
-                            wakes: true,
-                        }),
-                        None,
-                    )
+        UnitKind::Release { now_ms } => match to_i64(now_ms, "now_ms") {
+            Err(e) => Prep::Done(UnitAnswer::Released(Err(e))),
+            Ok(now) => Prep::Write(
+                Box::new(Write {
+                    guard: Guard::of(&Cas::of(claim), now),
+                    values: NewValues::release(now),
+                    history: rules::release_entry(claim, now),
+                    wakes: true,
                 }),
-            }
-        }
+                None,
+            ),
+        },
     }
 }
 
@@ -235,20 +223,14 @@ fn prepare(unit: &Unit<'_>) -> Prep {
 fn explain(unit: &Unit<'_>, prep: &Prep, row: Option<&ReceiptRow>) -> UnitAnswer {
     let claim = unit.claim;
     match (&unit.kind, prep) {
-        (
-            UnitKind::Outcome {
-                policy,
-                observed_at_ms,
-                ..
-            },
-            Prep::Refused(refusal),
-        ) => UnitAnswer::Route(Err(rules::refused_plan(
-            row,
-            claim,
-            refusal.clone(),
-            *policy,
-            *observed_at_ms,
-        ))),
+        (UnitKind::Outcome { observed_at_ms, .. }, Prep::Refused(refusal)) => {
+            UnitAnswer::Route(Err(rules::refused_plan(
+                row,
+                claim,
+                refusal.clone(),
+                *observed_at_ms,
+            )))
+        }
         (
             UnitKind::Outcome {
                 input,
@@ -298,7 +280,7 @@ async fn run_round(
     let batch: Vec<Write> = writes.iter().map(|(_, w)| w.clone()).collect();
     let matched = match guarded::write_round(conn, &batch).await {
         Ok(matched) => matched,
-        Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+        Err(e @ StoreError::Backend { .. }) => return Err(e),
         Err(_) => return Ok(false),
     };
     for ((position, _), hit) in writes.iter().zip(matched) {
@@ -314,7 +296,7 @@ async fn run_round(
     let batch: Vec<Extension> = extensions.iter().map(|(_, e)| e.clone()).collect();
     let extended = match guarded::extend_round(conn, &batch).await {
         Ok(extended) => extended,
-        Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+        Err(e @ StoreError::Backend { .. }) => return Err(e),
         Err(_) => return Ok(false),
     };
     for ((position, _), row) in extensions.iter().zip(extended) {
@@ -322,7 +304,7 @@ async fn run_round(
         match row {
             // A row that does not convert is refused like any other value;
             // the careful run answers it alone, rolled back.
-            Some(row) => match row.claim() {
+            Some(row) => match row.claimed() {
                 Ok(claim) => answers[unit] = Some(UnitAnswer::Extended(Ok(claim))),
                 Err(_) => return Ok(false),
             },
@@ -344,21 +326,17 @@ async fn run_round(
                 answers[*unit] = Some(explain(&units[*unit], prep, row));
             }
         }
-        Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+        Err(e @ StoreError::Backend { .. }) => return Err(e),
         // A stored row that does not decode: read them one by one, so that
         // only its own item is answered with the error.
         Err(_) => {
             for position in unexplained {
                 let (unit, prep) = &preps[position];
                 let id = units[*unit].claim.receipt_id.as_str();
-                let found = if storable(id) {
-                    row(conn, id).await
-                } else {
-                    Ok(None)
-                };
+                let found = row(conn, id).await;
                 answers[*unit] = Some(match found {
                     Ok(found) => explain(&units[*unit], prep, found.as_ref()),
-                    Err(e @ SettlementRouteError::Backend { .. }) => return Err(e),
+                    Err(e @ StoreError::Backend { .. }) => return Err(e),
                     Err(e) => refusal(&units[*unit], e),
                 });
             }
@@ -368,7 +346,7 @@ async fn run_round(
 }
 
 /// The answer of a unit refused before its row could be judged.
-fn refusal(unit: &Unit<'_>, error: SettlementRouteError) -> UnitAnswer {
+fn refusal(unit: &Unit<'_>, error: StoreError) -> UnitAnswer {
     match unit.kind {
         UnitKind::Outcome { .. } => UnitAnswer::Route(Err(error)),
         UnitKind::Extend { .. } => UnitAnswer::Extended(Err(error)),
@@ -388,13 +366,12 @@ async fn run_in(conn: &mut PgConnection, jobs: &[Job]) -> StoreResult<Option<(Ve
     let wakes = answers.iter().flatten().any(UnitAnswer::wakes);
     let mut out: Vec<Answer> = jobs.iter().map(Job::empty_answer).collect();
     for (unit, answer) in units.iter().zip(answers) {
-        let answer =
-            answer.ok_or_else(|| SettlementRouteError::backend("an item was left unanswered"))?;
+        let answer = answer.ok_or_else(|| StoreError::backend("an item was left unanswered"))?;
         match (&mut out[unit.job], answer) {
             (Answer::Outcomes(routes), UnitAnswer::Route(route)) => routes.push(route),
             (Answer::Extend(slot), UnitAnswer::Extended(extended)) => *slot = extended,
             (Answer::Release(slot), UnitAnswer::Released(released)) => *slot = released,
-            _ => return Err(SettlementRouteError::backend("an answer of the wrong kind")),
+            _ => return Err(StoreError::backend("an answer of the wrong kind")),
         }
     }
     Ok(Some((out, wakes)))
@@ -451,7 +428,7 @@ fn one_statement(jobs: &[Job]) -> bool {
 /// every job of the group, as it would have failed each alone. Returns the
 /// answers in job order and whether work became due.
 async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
-    let fail_all = |e: SettlementRouteError| -> (Vec<StoreResult<Answer>>, bool) {
+    let fail_all = |e: StoreError| -> (Vec<StoreResult<Answer>>, bool) {
         (jobs.iter().map(|_| Err(e.clone())).collect(), false)
     };
     if one_statement(jobs) {

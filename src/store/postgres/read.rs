@@ -5,7 +5,7 @@ use super::super::rows::to_i64;
 use super::{PostgresStore, history, row};
 use crate::store::rows::ReceiptRow;
 use crate::store::{
-    DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult, rules,
+    DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult, status,
 };
 
 impl PostgresStore {
@@ -63,7 +63,7 @@ impl PostgresStore {
         let now = to_i64(now_ms, "now_ms")?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.begin_read().await?;
-        let sums: rules::Buckets = sqlx::query_as(
+        let sums: status::Buckets = sqlx::query_as(
             "SELECT COALESCE(SUM(fresh), 0)::int8, COALESCE(SUM(retried), 0)::int8, \
              COALESCE(SUM(settled), 0)::int8, COALESCE(SUM(skipped), 0)::int8, \
              COALESCE(SUM(dead_lettered), 0)::int8, COALESCE(SUM(canceled), 0)::int8 \
@@ -140,9 +140,9 @@ impl PostgresStore {
             samples.push((state, rows));
         }
         tx.commit().await?;
-        rules::build_status(
+        status::build_status(
             now,
-            rules::state_counts(sums, live)?,
+            status::state_counts(sums, live)?,
             scheduled,
             oldest,
             samples,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, Executor, PgConnection};
 
-use crate::domain::SettlementRouteError;
+use crate::domain::StoreError;
 use crate::store::StoreResult;
 use crate::store::explain;
 
@@ -44,9 +44,9 @@ pub fn check_schema_name(name: &str) -> Result<(), String> {
 /// # Errors
 /// A backend error when `url` does not parse or `schema` is not a valid name.
 pub fn connect_options(url: &str, schema: &str) -> StoreResult<PgConnectOptions> {
-    check_schema_name(schema).map_err(SettlementRouteError::backend)?;
+    check_schema_name(schema).map_err(StoreError::backend)?;
     let options = PgConnectOptions::from_str(url).map_err(|e| {
-        SettlementRouteError::backend(format!(
+        StoreError::backend(format!(
             "invalid PostgreSQL URL in --database-url: {}. Hint: use \
              postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
             explain::cause(&e)
@@ -134,7 +134,7 @@ pub async fn prepare(
 enum Setup {
     Sql(sqlx::Error),
     Migrate(sqlx::migrate::MigrateError),
-    Refused(SettlementRouteError),
+    Refused(StoreError),
 }
 
 impl From<sqlx::Error> for Setup {
@@ -254,7 +254,7 @@ async fn refuse_if_tables_in_public(
     if !earlier {
         return Ok(());
     }
-    Err(Setup::Refused(SettlementRouteError::backend(format!(
+    Err(Setup::Refused(StoreError::backend(format!(
         "database \"{}\" at {} holds settled's tables in schema public (made by an earlier \
          version), and schema {schema} has none. Hint: to keep using them, start with \
          --pg-schema public (SETTLED_PG_SCHEMA=public); or stop every replica and move them \

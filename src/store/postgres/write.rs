@@ -9,7 +9,7 @@ use super::super::actions::{self, Binds};
 use super::super::rows::to_i64;
 use super::super::rules::NewHistory;
 use super::{CHANNEL, PostgresStore, Tx, announce, finish, row, row_for_update};
-use crate::domain::{ReceiptId, SettlementRouteError};
+use crate::domain::{ReceiptId, StoreError};
 use crate::store::rows::ReceiptRow;
 use crate::store::{Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, StoreResult, rules};
 
@@ -98,7 +98,7 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
         let stored = existing
             .as_ref()
             .and_then(|rows| rows.get(id))
-            .ok_or_else(|| SettlementRouteError::backend("receipt vanished during enqueue"))?;
+            .ok_or_else(|| StoreError::backend("receipt vanished during enqueue"))?;
         results.push(rules::same_identity(stored, receipt)?);
     }
     Ok(results)
@@ -135,9 +135,7 @@ async fn act_all(
             };
             // The row is locked: nothing can have moved it since it was judged.
             if query.execute(&mut **tx).await?.rows_affected() != 1 {
-                return Err(SettlementRouteError::backend(
-                    "operator action changed no row",
-                ));
+                return Err(StoreError::backend("operator action changed no row"));
             }
             append_history(tx, id, &actions::entry(action, found, actor, now)).await?;
         }

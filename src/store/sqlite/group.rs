@@ -23,7 +23,7 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::write::{self, EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
-use crate::domain::{SettlementAttemptClaim, SettlementRoute, SettlementRouteError};
+use crate::domain::{Claimed, Route, StoreError};
 use crate::store::{Enqueued, StoreResult};
 
 /// Most requests merged into one commit.
@@ -38,7 +38,7 @@ const MAX_ITEMS: usize = 16_384;
 const BACKGROUND_PAUSE: Duration = Duration::from_secs(30);
 
 /// A sender of the answer to one request, fired after the commit.
-type Finish = Box<dyn FnOnce(Option<&SettlementRouteError>) + Send>;
+type Finish = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 /// A write that cannot be merged with others (claims, redrive, purge).
 type Solo = Box<dyn FnOnce(&Connection) -> Finish + Send>;
 
@@ -50,8 +50,8 @@ struct Batch<I, R> {
 
 enum Job {
     Enqueue(Batch<EnqueueItem, Enqueued>),
-    Outcomes(Batch<OutcomeItem, StoreResult<SettlementRoute>>),
-    Extend(Batch<ExtendItem, StoreResult<SettlementAttemptClaim>>),
+    Outcomes(Batch<OutcomeItem, StoreResult<Route>>),
+    Extend(Batch<ExtendItem, StoreResult<Claimed>>),
     Release(Batch<ReleaseItem, StoreResult<()>>),
     Solo(Solo),
     /// A solo write nobody waits on (the rates of `GET /v1/stats`).
@@ -79,8 +79,8 @@ pub struct Writer {
     merged: Arc<AtomicU64>,
 }
 
-fn stopped() -> SettlementRouteError {
-    SettlementRouteError::backend("the SQLite writer has stopped")
+fn stopped() -> StoreError {
+    StoreError::backend("the SQLite writer has stopped")
 }
 
 /// Open the writer connection with the durability the store promises.
@@ -110,7 +110,7 @@ impl Writer {
         std::thread::Builder::new()
             .name("settled-sqlite-writer".into())
             .spawn(move || run(Some(conn), &path, rx, &counter))
-            .map_err(|e| SettlementRouteError::backend(format!("starting the writer: {e}")))?;
+            .map_err(|e| StoreError::backend(format!("starting the writer: {e}")))?;
         Ok(Self { jobs: tx, merged })
     }
 
@@ -143,17 +143,14 @@ impl Writer {
     }
 
     /// Record outcomes (merged with other outcomes waiting).
-    pub async fn outcomes(
-        &self,
-        items: Vec<OutcomeItem>,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    pub async fn outcomes(&self, items: Vec<OutcomeItem>) -> StoreResult<Vec<StoreResult<Route>>> {
         let (reply, answer) = oneshot::channel();
         self.submit(Job::Outcomes(Batch { items, reply }), answer)
             .await
     }
 
     /// Extend one lease (merged with other extensions waiting).
-    pub async fn extend(&self, item: ExtendItem) -> StoreResult<SettlementAttemptClaim> {
+    pub async fn extend(&self, item: ExtendItem) -> StoreResult<Claimed> {
         let (reply, answer) = oneshot::channel();
         let batch = Batch {
             items: vec![item],
@@ -194,9 +191,7 @@ impl Writer {
             .await
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| {
-            SettlementRouteError::backend(
-                "background write deferred: the database failed the last write",
-            )
+            StoreError::backend("background write deferred: the database failed the last write")
         })?
     }
 }
@@ -210,7 +205,7 @@ where
     let (reply, answer) = oneshot::channel();
     let job: Solo = Box::new(move |conn| {
         let result = in_savepoint(conn, "solo", op);
-        Box::new(move |failed: Option<&SettlementRouteError>| {
+        Box::new(move |failed: Option<&StoreError>| {
             let _ = reply.send(match failed {
                 None => result,
                 Some(e) => Err(e.clone()),
@@ -220,14 +215,14 @@ where
     (job, answer)
 }
 
-fn lost() -> SettlementRouteError {
-    SettlementRouteError::backend("SQLite rolled the group's transaction back")
+fn lost() -> StoreError {
+    StoreError::backend("SQLite rolled the group's transaction back")
 }
 
 fn one<T>(mut results: Vec<StoreResult<T>>) -> StoreResult<T> {
     results
         .pop()
-        .unwrap_or_else(|| Err(SettlementRouteError::backend("no result")))
+        .unwrap_or_else(|| Err(StoreError::backend("no result")))
 }
 
 /// Run `op` in a savepoint: kept when it succeeds, undone when it fails or
@@ -247,7 +242,7 @@ fn in_savepoint<T>(
     conn.prepare_cached(&format!("SAVEPOINT {name}"))?
         .execute([])?;
     let result = catch_unwind(AssertUnwindSafe(|| op(conn)))
-        .unwrap_or_else(|_| Err(SettlementRouteError::backend("a write panicked")));
+        .unwrap_or_else(|_| Err(StoreError::backend("a write panicked")));
     let run = |sql: String| conn.prepare_cached(&sql).and_then(|mut s| s.execute([]));
     if result.is_err() {
         // Fails only when the transaction is already gone, which the group
@@ -290,7 +285,7 @@ fn run_kind<I, R: Send + 'static>(
             if results.len() == items.len() {
                 Ok(results)
             } else {
-                Err(SettlementRouteError::backend("a merged batch lost answers"))
+                Err(StoreError::backend("a merged batch lost answers"))
             }
         })
         .map_err(
@@ -311,7 +306,7 @@ fn run_kind<I, R: Send + 'static>(
             None => in_savepoint(conn, "request", |c| apply(c, &items[start..end])),
         };
         start = end;
-        finish.push(Box::new(move |failed: Option<&SettlementRouteError>| {
+        finish.push(Box::new(move |failed: Option<&StoreError>| {
             let _ = reply.send(match failed {
                 None => result,
                 Some(e) => Err(e.clone()),
@@ -390,7 +385,7 @@ fn fail_all(group: Vec<Job>) -> Vec<Finish> {
         .collect()
 }
 
-fn err(e: Option<&SettlementRouteError>) -> SettlementRouteError {
+fn err(e: Option<&StoreError>) -> StoreError {
     e.cloned().unwrap_or_else(stopped)
 }
 
@@ -400,7 +395,7 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
         .prepare_cached("BEGIN IMMEDIATE")
         .and_then(|mut s| s.execute([]))
     {
-        let e = SettlementRouteError::from(e);
+        let e = StoreError::from(e);
         for f in fail_all(group) {
             f(Some(&e));
         }
@@ -433,9 +428,7 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
         }
         return false;
     }
-    let committed = conn
-        .execute_batch("COMMIT")
-        .map_err(SettlementRouteError::from);
+    let committed = conn.execute_batch("COMMIT").map_err(StoreError::from);
     if committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
     }

@@ -7,10 +7,7 @@ use std::collections::HashMap;
 use rusqlite::Connection;
 
 use super::lookup::{json, receipt_row, rows_by_id};
-use crate::domain::{
-    Candidate, ClaimLimit, GroupLimits, GroupName, SettlementAttemptClaim, SettlementRouteError,
-    WorkerId,
-};
+use crate::domain::{Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, StoreError, WorkerId};
 use crate::store::StoreResult;
 use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
 use crate::store::rows::{ReceiptRow, receipt_columns};
@@ -208,8 +205,7 @@ pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()>
 }
 
 /// A fair claim over `only` (empty: every group), all or nothing, its
-/// turn starting after `turn`'s group; also counts the expired leases it
-/// took over.
+/// turn starting after `turn`'s group.
 pub fn claim_due(
     conn: &Connection,
     worker_id: &WorkerId,
@@ -218,7 +214,7 @@ pub fn claim_due(
     limit: ClaimLimit,
     only: &[GroupName],
     turn: &Turn,
-) -> StoreResult<(DueClaims<SettlementAttemptClaim>, u64)> {
+) -> StoreResult<DueClaims<Claimed>> {
     let mut groups = read_groups(conn, only)?;
     in_turn(&mut groups, &turn_after(turn));
     let live = live_leased(conn, &groups, now)?;
@@ -254,27 +250,25 @@ pub fn claim_due(
         rows = rows_by_id(conn, picks.iter().map(|(_, c)| c.receipt_id.as_str()))?;
     }
     let mut taken = vec![0; fair.groups.len()];
-    let mut expired = 0;
     let mut claims = Vec::with_capacity(picks.len());
     for (g, pick) in picks {
         let row = rows
             .remove(&pick.receipt_id)
-            .ok_or_else(|| SettlementRouteError::backend("a picked row was not read"))?;
-        expired += u64::from(row.lease_until_ms.is_some());
+            .ok_or_else(|| StoreError::backend("a picked row was not read"))?;
         taken[g] += 1;
         // A failure fails the job, rolling back every lease of the batch.
         claims.push(super::write::lease(conn, row, worker_id, now, until)?);
     }
     spend(conn, &fair.spent(&taken))?;
     fair.pass_turn(turn, &taken);
-    Ok((fair.answer(claims), expired))
+    Ok(fair.answer(claims))
 }
 
 /// Whether group `name`'s limits let a claim by id take one receipt now;
 /// spends a token when they do and it has a rate. `Err(paused)` when not.
 pub fn admit_one(conn: &Connection, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
     let group = GroupName::parse(name)
-        .map_err(|_| SettlementRouteError::invalid_record("stored group name is out of range"))?;
+        .map_err(|_| StoreError::invalid_record("stored group name is out of range"))?;
     let groups = read_groups(conn, std::slice::from_ref(&group))?;
     let Some(row) = groups.first() else {
         return Ok(Ok(()));

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::super::rows::ReceiptRow;
 use super::super::rules::NewHistory;
-use crate::domain::SettlementRouteError;
+use crate::domain::StoreError;
 use crate::store::StoreResult;
 use crate::store::rows::receipt_columns;
 
@@ -131,9 +131,7 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
     )?;
     let inserted = stmt.execute([json(&rows)?])?;
     if inserted != entries.len() {
-        return Err(SettlementRouteError::backend(
-            "history entries were not all written",
-        ));
+        return Err(StoreError::backend("history entries were not all written"));
     }
     Ok(())
 }
@@ -159,6 +157,5 @@ pub fn append_operator_entry(
 /// A batch as the JSON text `jsonb_each` reads (`jsonb_each` rather than
 /// `json_each`: each element stays binary, so `->>` does not parse it again).
 pub fn json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
-    serde_json::to_string(value)
-        .map_err(|e| SettlementRouteError::backend(format!("encoding a batch: {e}")))
+    serde_json::to_string(value).map_err(|e| StoreError::backend(format!("encoding a batch: {e}")))
 }

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use super::SqliteStore;
 use crate::domain::{
-    ClaimLimit, LeaseMs, ReceiptId, RetryPolicy, SettlementRoute, SettlementRouteError,
-    SettlementRoutingInput, TranscriptId, WorkerId,
+    ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, StoreError, TranscriptId, WorkerId,
 };
 use crate::store::{NewReceipt, ReceiptState, SettlementOutcomeStore};
 
@@ -92,15 +91,15 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
     let holder = hold_writer(&store).await;
     let before = store.writer.merged_requests();
     let mut tasks = Vec::new();
-    for (i, claim) in claims.into_iter().enumerate() {
-        let mut claim = claim;
+    for (i, claimed) in claims.into_iter().enumerate() {
+        let mut claim = claimed.claim;
         if i == 3 {
             // A forged token: this one request must be refused.
-            claim.lease_token = "0".repeat(32);
+            claim.lease_token = crate::domain::LeaseToken::parse(&"0".repeat(32)).unwrap();
         }
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            let input = SettlementRoutingInput::Accepted {
+            let input = Outcome::Accepted {
                 transcript_id: TranscriptId::parse(&format!("tx-{i}")).unwrap(),
             };
             let items = [(claim, input)];
@@ -122,11 +121,11 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
     for (i, answer) in answers.iter().enumerate() {
         if i == 3 {
             assert!(
-                matches!(answer, Err(SettlementRouteError::Conflict { .. })),
+                matches!(answer, Err(StoreError::Conflict { .. })),
                 "{answer:?}"
             );
         } else {
-            assert_eq!(answer, &Ok(SettlementRoute::NoAction));
+            assert_eq!(answer, &Ok(Route::NoAction));
         }
     }
     for i in 0..8 {
@@ -186,7 +185,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         })
         .await;
     assert!(
-        matches!(panicked, Err(SettlementRouteError::Backend { .. })),
+        matches!(panicked, Err(StoreError::Backend { .. })),
         "{panicked:?}"
     );
     let receipt = NewReceipt {

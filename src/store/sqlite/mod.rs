@@ -13,7 +13,6 @@ mod write;
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,9 +27,8 @@ use super::group_list::{self, GroupListRow};
 use super::rows::to_i64;
 use super::{explain, rules};
 use crate::domain::{
-    ClaimLimit, GroupLimits, GroupName, LeaseMs, ReceiptId, RetryPolicy, SettlementAttemptClaim,
-    SettlementRoute, SettlementRouteError, SettlementRoutingInput, SettlementStoreBinding,
-    WorkerId,
+    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
+    Route, SettlementStoreBinding, StoreError, WorkerId,
 };
 use crate::store::{
     Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
@@ -47,7 +45,6 @@ pub struct SqliteStore {
     reader: SqlitePool,
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
-    expiries: AtomicU64,
     /// Where the next claim's turn over the groups starts after.
     turn: Turn,
 }
@@ -57,13 +54,13 @@ impl SqliteStore {
     pub async fn open(url: &str) -> StoreResult<Self> {
         // The writer and the readers are separate connections to one file.
         if url.contains(":memory:") || url.contains("mode=memory") {
-            return Err(SettlementRouteError::backend(
+            return Err(StoreError::backend(
                 "in-memory SQLite databases are not supported: use sqlite:PATH",
             ));
         }
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| {
-                SettlementRouteError::backend(format!(
+                StoreError::backend(format!(
                     "invalid SQLite URL in --database-url: {}. Hint: use sqlite:PATH, e.g. \
                      sqlite:settled.db or sqlite:/var/lib/settled/settled.db",
                     explain::cause(&e)
@@ -93,7 +90,6 @@ impl SqliteStore {
             reader,
             binding: SettlementStoreBinding::from_digest(digest),
             notify: Arc::new(Notify::new()),
-            expiries: AtomicU64::new(0),
             turn: Turn::default(),
         })
     }
@@ -203,12 +199,10 @@ impl SettlementOutcomeStore for SqliteStore {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let (id, worker) = (receipt_id.clone(), worker_id.clone());
-        let (found, expired) = self
+        let found = self
             .writer
             .solo(move |conn| write::claim_receipt(conn, &id, &worker, now, until))
             .await?;
-        self.expiries
-            .fetch_add(u64::from(expired), Ordering::Relaxed);
         Ok(found)
     }
 
@@ -219,16 +213,13 @@ impl SettlementOutcomeStore for SqliteStore {
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
-    ) -> StoreResult<DueClaims<SettlementAttemptClaim>> {
+    ) -> StoreResult<DueClaims<Claimed>> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let (worker, only, turn) = (worker_id.clone(), only.to_vec(), self.turn.clone());
-        let (claims, expired) = self
-            .writer
+        self.writer
             .solo(move |conn| groups::claim_due(conn, &worker, now, until, limit, &only, &turn))
-            .await?;
-        self.expiries.fetch_add(expired, Ordering::Relaxed);
-        Ok(claims)
+            .await
     }
 
     async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
@@ -260,10 +251,10 @@ impl SettlementOutcomeStore for SqliteStore {
 
     async fn record_claimed_outcomes(
         &self,
-        outcomes: &[(SettlementAttemptClaim, SettlementRoutingInput)],
+        outcomes: &[(Claim, Outcome)],
         policy: RetryPolicy,
         observed_at_ms: u64,
-    ) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
+    ) -> StoreResult<Vec<StoreResult<Route>>> {
         let items = outcomes
             .iter()
             .map(|(claim, input)| OutcomeItem {
@@ -276,7 +267,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let results = self.writer.outcomes(items).await?;
         if results
             .iter()
-            .any(|r| matches!(r, Ok(SettlementRoute::RetryScheduled { .. })))
+            .any(|r| matches!(r, Ok(Route::RetryScheduled { .. })))
         {
             self.notify.notify_waiters();
         }
@@ -285,10 +276,10 @@ impl SettlementOutcomeStore for SqliteStore {
 
     async fn extend_lease(
         &self,
-        claim: &SettlementAttemptClaim,
+        claim: &Claim,
         extend_ms: LeaseMs,
         now_ms: u64,
-    ) -> StoreResult<SettlementAttemptClaim> {
+    ) -> StoreResult<Claimed> {
         let until = rules::lease_deadline(now_ms, extend_ms.get())?;
         self.writer
             .extend(ExtendItem {
@@ -299,7 +290,7 @@ impl SettlementOutcomeStore for SqliteStore {
             .await
     }
 
-    async fn release_lease(&self, claim: &SettlementAttemptClaim, now_ms: u64) -> StoreResult<()> {
+    async fn release_lease(&self, claim: &Claim, now_ms: u64) -> StoreResult<()> {
         self.writer
             .release(ReleaseItem {
                 claim: claim.clone(),
@@ -366,10 +357,6 @@ impl SettlementOutcomeStore for SqliteStore {
         self.writer
             .solo(move |conn| feed::purge(conn, before, limit))
             .await
-    }
-
-    fn lease_expiries_observed(&self) -> u64 {
-        self.expiries.load(Ordering::Relaxed)
     }
 
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {

@@ -3,7 +3,7 @@
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::super::rows::{HistoryRow, ReceiptRow, to_i64};
-use super::super::rules;
+use super::super::status;
 use crate::store::rows::{history_columns, receipt_columns};
 use crate::store::{
     DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult,
@@ -83,7 +83,7 @@ pub async fn dead_letters(
 pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<StatusView> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut tx = pool.begin().await?;
-    let sums: rules::Buckets = sqlx::query_as(
+    let sums: status::Buckets = sqlx::query_as(
         "SELECT fresh, retried, settled, skipped, dead_lettered, canceled FROM receipt_counts \
          WHERE id = 1",
     )
@@ -142,7 +142,7 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
                  ORDER BY finalized_at, receipt_id LIMIT ?2"
             }
         };
-        let query = sqlx::query_as::<_, rules::SampleRow>(sql);
+        let query = sqlx::query_as::<_, status::SampleRow>(sql);
         let query = match state {
             ReceiptState::Pending | ReceiptState::RetryScheduled | ReceiptState::Leased => {
                 query.bind(now)
@@ -153,9 +153,9 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
         samples.push((state, rows));
     }
     tx.commit().await?;
-    rules::build_status(
+    status::build_status(
         now,
-        rules::state_counts(sums, live)?,
+        status::state_counts(sums, live)?,
         scheduled,
         oldest,
         samples,

@@ -15,10 +15,7 @@ use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan};
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
-use crate::domain::{
-    ReceiptId, RetryPolicy, SettlementAttemptClaim, SettlementRoute, SettlementRouteError,
-    SettlementRoutingInput, WorkerId,
-};
+use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, WorkerId};
 use crate::store::rows::receipt_columns;
 use crate::store::{
     Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, ReceiptClaim, StoreResult,
@@ -27,8 +24,8 @@ use crate::store::{
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
 #[derive(Debug, Clone)]
 pub struct OutcomeItem {
-    pub claim: SettlementAttemptClaim,
-    pub input: SettlementRoutingInput,
+    pub claim: Claim,
+    pub input: Outcome,
     pub policy: RetryPolicy,
     pub observed_at_ms: u64,
 }
@@ -36,7 +33,7 @@ pub struct OutcomeItem {
 /// One lease extension: the claim, the server clock and the new deadline.
 #[derive(Debug, Clone)]
 pub struct ExtendItem {
-    pub claim: SettlementAttemptClaim,
+    pub claim: Claim,
     pub now_ms: u64,
     pub until: i64,
 }
@@ -44,7 +41,7 @@ pub struct ExtendItem {
 /// One lease release: the claim and the server clock.
 #[derive(Debug, Clone)]
 pub struct ReleaseItem {
-    pub claim: SettlementAttemptClaim,
+    pub claim: Claim,
     pub now_ms: u64,
 }
 
@@ -130,7 +127,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
         } else {
             // Created by an earlier occurrence in this batch.
             let stored = row(conn, id)?
-                .ok_or_else(|| SettlementRouteError::backend("receipt vanished during enqueue"))?;
+                .ok_or_else(|| StoreError::backend("receipt vanished during enqueue"))?;
             rules::same_identity(&stored, &item.receipt)?
         };
         results.push(result);
@@ -147,7 +144,7 @@ pub(super) fn lease(
     worker_id: &WorkerId,
     now: i64,
     until: i64,
-) -> StoreResult<SettlementAttemptClaim> {
+) -> StoreResult<Claimed> {
     let version = rules::next_row_version(row.row_version)?;
     let token = rules::new_lease_token()?;
     let changed = conn
@@ -170,46 +167,46 @@ pub(super) fn lease(
         return Err(rules::changed_while_claimed());
     }
     row.row_version = version;
+    // A due row that still holds a lease holds an expired one.
+    let after_expiry = row.lease_until_ms.is_some();
     row.lease_owner = Some(worker_id.as_str().to_owned());
     row.lease_token = Some(token);
     row.lease_until_ms = Some(until);
-    row.claim()
+    let mut claimed = row.claimed()?;
+    claimed.after_expiry = after_expiry;
+    Ok(claimed)
 }
 
-/// Claim one receipt by id; also says whether it took over an expired lease.
+/// Claim one receipt by id.
 pub fn claim_receipt(
     conn: &Connection,
     receipt_id: &ReceiptId,
     worker_id: &WorkerId,
     now: i64,
     until: i64,
-) -> StoreResult<(ReceiptClaim, bool)> {
+) -> StoreResult<ReceiptClaim> {
     let Some(row) = row(conn, receipt_id.as_str())? else {
-        return Ok((ReceiptClaim::NoActiveWork, false));
+        return Ok(ReceiptClaim::NoActiveWork);
     };
     Ok(match row.status.as_str() {
-        "active" if row.lease_live(now) => (ReceiptClaim::Leased, false),
-        "active" if row.held_at_ms.is_some() => (ReceiptClaim::Held, false),
-        "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => {
-            (ReceiptClaim::NotYetVisible, false)
-        }
+        "active" if row.lease_live(now) => ReceiptClaim::Leased,
+        "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
+        "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
         "active" => {
             if let Err(paused) = super::groups::admit_one(conn, &row.receipt_group, now)? {
-                return Ok((ReceiptClaim::GroupLimited { paused }, false));
+                return Ok(ReceiptClaim::GroupLimited { paused });
             }
-            let took_over = row.lease_until_ms.is_some();
-            let claim = lease(conn, row, worker_id, now, until)?;
-            (ReceiptClaim::Claimed(claim), took_over)
+            ReceiptClaim::Claimed(lease(conn, row, worker_id, now, until)?)
         }
-        _ => (ReceiptClaim::NoActiveWork, false),
+        _ => ReceiptClaim::NoActiveWork,
     })
 }
 
 /// The claim's six fields and the check time, as `jsonb_each` columns 0..=7.
 type CasRow<'a> = (&'a str, i64, i64, i64, &'a str, &'a str, i64, i64);
 
-fn cas_row(claim: &SettlementAttemptClaim, at_ms: u64) -> StoreResult<CasRow<'_>> {
-    let cas = Cas::of(claim)?;
+fn cas_row(claim: &Claim, at_ms: u64) -> StoreResult<CasRow<'_>> {
+    let cas = Cas::of(claim);
     Ok((
         cas.receipt_id,
         cas.finalized_at,
@@ -301,10 +298,7 @@ fn change_row(plan: &Plan) -> ChangeRow<'_> {
 }
 
 /// Apply planned outcomes with one guarded `UPDATE`; returns the ids it changed.
-fn apply_outcomes(
-    conn: &Connection,
-    planned: &[(&SettlementAttemptClaim, &Plan)],
-) -> StoreResult<HashSet<String>> {
+fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult<HashSet<String>> {
     let mut batch = Vec::with_capacity(planned.len());
     for (claim, plan) in planned {
         let c = cas_row(claim, 0)?;
@@ -373,15 +367,12 @@ fn apply_outcomes(
 
 /// Record outcomes, each judged on its own and answered as if it ran alone
 /// in arrival order; a backend error fails the whole call.
-pub fn record(
-    conn: &Connection,
-    items: &[OutcomeItem],
-) -> StoreResult<Vec<StoreResult<SettlementRoute>>> {
-    let mut results: Vec<Option<StoreResult<SettlementRoute>>> = vec![None; items.len()];
+pub fn record(conn: &Connection, items: &[OutcomeItem]) -> StoreResult<Vec<StoreResult<Route>>> {
+    let mut results: Vec<Option<StoreResult<Route>>> = vec![None; items.len()];
     for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
         // Plan every item; those that cannot apply are explained below.
         let mut planned = Vec::new();
-        let mut explain: Vec<(usize, Option<SettlementRouteError>)> = Vec::new();
+        let mut explain: Vec<(usize, Option<StoreError>)> = Vec::new();
         for &i in &round {
             let it = &items[i];
             match rules::plan_outcome(&it.claim, &it.input, it.policy, it.observed_at_ms) {
@@ -394,12 +385,12 @@ pub fn record(
             Ok(changed) => changed,
             // A refused row (a CHECK) fails the whole statement and changes
             // nothing; apply one by one so that only that item is refused.
-            Err(SettlementRouteError::InvalidRecord { .. }) if planned.len() > 1 => {
+            Err(StoreError::InvalidRecord { .. }) if planned.len() > 1 => {
                 let mut changed = HashSet::new();
                 for one in planned.chunks(1) {
                     match apply_planned(conn, items, one) {
                         Ok(ids) => changed.extend(ids),
-                        Err(e @ SettlementRouteError::InvalidRecord { .. }) => {
+                        Err(e @ StoreError::InvalidRecord { .. }) => {
                             results[one[0].0] = Some(Err(e));
                         }
                         Err(e) => return Err(e),
@@ -407,8 +398,8 @@ pub fn record(
                 }
                 changed
             }
-            Err(SettlementRouteError::InvalidRecord { detail }) if planned.len() == 1 => {
-                results[planned[0].0] = Some(Err(SettlementRouteError::InvalidRecord { detail }));
+            Err(StoreError::InvalidRecord { detail }) if planned.len() == 1 => {
+                results[planned[0].0] = Some(Err(StoreError::InvalidRecord { detail }));
                 HashSet::new()
             }
             Err(e) => return Err(e),
@@ -429,7 +420,7 @@ pub fn record(
         // A refused history entry after an applied change fails the whole
         // call (the caller rolls it back), so the two stand or fall together.
         append_history(conn, &entries)
-            .map_err(|e| SettlementRouteError::backend(format!("history entry refused: {e}")))?;
+            .map_err(|e| StoreError::backend(format!("history entry refused: {e}")))?;
         if explain.is_empty() {
             continue;
         }
@@ -447,7 +438,6 @@ pub fn record(
                     row,
                     &it.claim,
                     refusal,
-                    it.policy,
                     it.observed_at_ms,
                 )),
                 None => rules::explain_miss(row, &it.claim, Some(&it.input), it.observed_at_ms),
@@ -456,7 +446,7 @@ pub fn record(
     }
     Ok(results
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(SettlementRouteError::backend("outcome not judged"))))
+        .map(|r| r.unwrap_or_else(|| Err(StoreError::backend("outcome not judged"))))
         .collect())
 }
 
@@ -476,11 +466,7 @@ fn apply_planned(
 }
 
 /// Why a guarded lease write matched nothing.
-fn lease_miss(
-    row: Option<&ReceiptRow>,
-    claim: &SettlementAttemptClaim,
-    now_ms: u64,
-) -> SettlementRouteError {
+fn lease_miss(row: Option<&ReceiptRow>, claim: &Claim, now_ms: u64) -> StoreError {
     match rules::explain_miss(row, claim, None, now_ms) {
         Err(e) => e,
         Ok(_) => rules::mismatch(),
@@ -488,11 +474,8 @@ fn lease_miss(
 }
 
 /// Move live leases' deadlines; each judged on its own.
-pub fn extend(
-    conn: &Connection,
-    items: &[ExtendItem],
-) -> StoreResult<Vec<StoreResult<SettlementAttemptClaim>>> {
-    let mut results: Vec<Option<StoreResult<SettlementAttemptClaim>>> = vec![None; items.len()];
+pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreResult<Claimed>>> {
+    let mut results: Vec<Option<StoreResult<Claimed>>> = vec![None; items.len()];
     for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
         let mut batch = Vec::new();
         for &i in &round {
@@ -531,14 +514,14 @@ pub fn extend(
             results[i] = Some(match updated.get(id) {
                 // A corrupt row fails the whole call, so that its savepoint
                 // undoes the extension the caller is not told about.
-                Some(row) => Ok(row.claim()?),
+                Some(row) => Ok(row.claimed()?),
                 None => Err(lease_miss(found.get(id), &it.claim, it.now_ms)),
             });
         }
     }
     Ok(results
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(SettlementRouteError::backend("extension not judged"))))
+        .map(|r| r.unwrap_or_else(|| Err(StoreError::backend("extension not judged"))))
         .collect())
 }
 
@@ -596,7 +579,7 @@ pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<Stor
     }
     Ok(results
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(SettlementRouteError::backend("release not judged"))))
+        .map(|r| r.unwrap_or_else(|| Err(StoreError::backend("release not judged"))))
         .collect())
 }
 
@@ -624,9 +607,7 @@ pub fn act(
             };
             // The single writer read the row just now: nothing can have moved it.
             if changed != 1 {
-                return Err(SettlementRouteError::backend(
-                    "operator action changed no row",
-                ));
+                return Err(StoreError::backend("operator action changed no row"));
             }
             append_operator_entry(conn, id, &actions::entry(action, found, actor, now))?;
         }
