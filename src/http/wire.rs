@@ -203,22 +203,28 @@ pub fn parse_worker_id(value: &str) -> Result<WorkerId, ApiError> {
 #[schema(as = Claim)]
 pub struct ClaimBody {
     /// The receipt claimed.
+    #[schema(min_length = 1, max_length = 512)]
     pub receipt_id: String,
     /// The producer's `finalized_at` (Unix seconds).
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     pub finalized_at: u64,
     /// The receipt's `attempts` when claimed: how many invocations failed
     /// before this one. This claim is invocation `attempts + 1`, the
     /// `attempt` its history entry will show.
     pub attempts: u32,
     /// Bumped by every claim of the receipt: tells this claim from earlier ones.
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     pub row_version: u64,
     /// The `worker_id` that claimed it.
+    #[schema(min_length = 1, max_length = 128)]
     pub lease_owner: String,
     /// This lease's secret (unpredictable): proves that an outcome comes from
     /// this claim. Never shown by `GET /v1/receipts/{id}`.
+    #[schema(min_length = 1, max_length = 256)]
     pub lease_token: String,
     /// The lease ends at this server time (ms, exclusive): report the
     /// outcome, or extend the lease, before then.
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     pub lease_until_ms: u64,
     /// The producer's observation exactly as enqueued, or null. Not compared
     /// when the claim is sent back.
@@ -363,4 +369,96 @@ pub struct OutcomeResult {
     /// `lease_expired` for one sent too late.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handed_out() -> Claimed {
+        Claimed {
+            claim: Claim {
+                receipt_id: ReceiptId::parse("r-1").unwrap(),
+                finalized_at: U63::from(41_u32),
+                attempts: 2,
+                row_version: U63::from(3_u32),
+                lease_owner: WorkerId::parse("w-1").unwrap(),
+                lease_token: LeaseToken::parse("t-1").unwrap(),
+                lease_until_ms: U63::from(50_u32),
+            },
+            observation: Some(serde_json::json!({"amount": 1})),
+            group: GroupName::parse("rail:ach").unwrap(),
+            after_expiry: true,
+        }
+    }
+
+    fn code_of(body: ClaimBody) -> String {
+        let refused = Claim::try_from(body).unwrap_err().problem();
+        serde_json::to_value(refused.code)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_claim_sent_back_as_received_parses_to_the_lease_it_was() {
+        let claimed = handed_out();
+        let body = ClaimBody::from(claimed.clone());
+        let text = serde_json::to_string(&body).unwrap();
+        let back: ClaimBody = serde_json::from_str(&text).unwrap();
+        assert_eq!(Claim::try_from(back).unwrap(), claimed.claim);
+    }
+
+    #[test]
+    fn each_field_of_a_claim_is_checked_with_its_own_code() {
+        let good = ClaimBody::from(handed_out());
+        let cases = [
+            (
+                ClaimBody {
+                    receipt_id: "..".into(),
+                    ..good.clone()
+                },
+                "invalid_receipt_id",
+            ),
+            (
+                ClaimBody {
+                    lease_owner: "w\n".into(),
+                    ..good.clone()
+                },
+                "invalid_worker_id",
+            ),
+            (
+                ClaimBody {
+                    lease_owner: String::new(),
+                    ..good.clone()
+                },
+                "worker_id_length",
+            ),
+            (
+                ClaimBody {
+                    lease_token: "t\0".into(),
+                    ..good.clone()
+                },
+                "invalid_claim",
+            ),
+            (
+                ClaimBody {
+                    row_version: u64::MAX,
+                    ..good.clone()
+                },
+                "invalid_claim",
+            ),
+        ];
+        for (body, code) in cases {
+            assert_eq!(code_of(body.clone()), code, "{body:?}");
+        }
+        // Neither `group` nor `observation` is compared, so neither is checked.
+        let loose = ClaimBody {
+            group: "\u{7}".into(),
+            observation: None,
+            ..good
+        };
+        assert!(Claim::try_from(loose).is_ok());
+    }
 }

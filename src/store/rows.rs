@@ -134,22 +134,28 @@ impl ReceiptRow {
     }
 
     /// The persisted claim, for rows that carry a lease.
-    pub fn claimed(&self) -> StoreResult<Claimed> {
+    /// The claim the row's lease stands for (live or expired), if it has one.
+    pub fn lease(&self) -> StoreResult<Option<Claim>> {
         let (Some(owner), Some(token), Some(until)) =
             (&self.lease_owner, &self.lease_token, self.lease_until_ms)
         else {
-            return Err(corrupt("lease"));
+            return Ok(None);
         };
+        Ok(Some(Claim {
+            receipt_id: ReceiptId::from_stored(self.receipt_id.clone()),
+            finalized_at: to_u63(self.finalized_at, "finalized_at")?,
+            attempts: to_u32(self.attempts, "attempts")?,
+            row_version: to_u63(self.row_version, "row_version")?,
+            lease_owner: WorkerId::from_stored(owner.clone()),
+            lease_token: LeaseToken::from_stored(token.clone()),
+            lease_until_ms: to_u63(until, "lease_until_ms")?,
+        }))
+    }
+
+    /// The row just leased, as handed to the worker.
+    pub fn claimed(&self) -> StoreResult<Claimed> {
         Ok(Claimed {
-            claim: Claim {
-                receipt_id: ReceiptId::from_stored(self.receipt_id.clone()),
-                finalized_at: to_u63(self.finalized_at, "finalized_at")?,
-                attempts: to_u32(self.attempts, "attempts")?,
-                row_version: to_u63(self.row_version, "row_version")?,
-                lease_owner: WorkerId::from_stored(owner.clone()),
-                lease_token: LeaseToken::from_stored(token.clone()),
-                lease_until_ms: to_u63(until, "lease_until_ms")?,
-            },
+            claim: self.lease()?.ok_or_else(|| corrupt("lease"))?,
             observation: observation(self.observation.as_deref())?,
             group: GroupName::from_stored(self.receipt_group.clone()),
             after_expiry: false,

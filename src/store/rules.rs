@@ -186,9 +186,8 @@ impl ReceiptRow {
             "settled" => Standing::Finished("settled"),
             "skipped" => Standing::Finished("skipped"),
             "canceled" => Standing::Finished("canceled"),
-            "active" if self.lease_token.is_none() => Standing::Active { lease: None },
             "active" => Standing::Active {
-                lease: Some(self.claimed()?.claim),
+                lease: self.lease()?,
             },
             _ => return Err(StoreError::invalid_record("stored status is unknown")),
         })
