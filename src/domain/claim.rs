@@ -129,8 +129,9 @@ impl ClaimLimit {
 }
 
 /// An unsigned integer every backend stores exactly: 0..=9223372036854775807
-/// (SQLite and PostgreSQL keep integers as signed 64-bit). Times, versions
-/// and `finalized_at` are of this type once parsed, so no store converts.
+/// (SQLite and PostgreSQL keep integers as signed 64-bit). A claim's times,
+/// version and `finalized_at` are of this type once parsed, so no store
+/// converts them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct U63(u64);
 
@@ -420,6 +421,10 @@ mod tests {
                 SettlementClaimValidationError::WorkerIdLength,
             ),
             (
+                validate_settlement_claim("work\u{0}er", 1, 1),
+                SettlementClaimValidationError::WorkerIdText,
+            ),
+            (
                 validate_settlement_claim("worker", 0, 1),
                 SettlementClaimValidationError::LeaseDuration,
             ),
@@ -459,6 +464,10 @@ mod tests {
         assert_eq!(
             SettlementClaimValidationError::WorkerIdLength.code(),
             "worker_id_length"
+        );
+        assert_eq!(
+            SettlementClaimValidationError::WorkerIdText.code(),
+            "invalid_worker_id"
         );
         assert_eq!(
             SettlementClaimValidationError::LeaseDuration.code(),
