@@ -1,6 +1,5 @@
 //! Small helpers shared by the conformance suite: typed values, canned
 //! outcomes, and direct reads of the database under the store.
-#![allow(dead_code)]
 
 use serde_json::Value;
 use settled::domain::{
