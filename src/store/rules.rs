@@ -10,6 +10,39 @@ use crate::domain::{
     StoreError, U63,
 };
 
+/// The claim compare-and-swap in SQL, what `domain::holds` states in Rust:
+/// the row is active, equals the claim field for field, and its lease is
+/// live at the check time. One text for every guarded write of both
+/// backends; the arguments say where each claim value comes from (a bound
+/// parameter or a batch column), and `$status` how to name the status
+/// column (SQLite's `+status` keeps its planner on the primary key).
+macro_rules! cas_sql {
+    ($status:literal; $id:literal, $fin:literal, $att:literal, $rv:literal,
+     $owner:literal, $token:literal, $until:literal, $now:literal) => {
+        concat!(
+            "receipt_id = ",
+            $id,
+            " AND ",
+            $status,
+            " = 'active' AND finalized_at = ",
+            $fin,
+            " AND attempts = ",
+            $att,
+            " AND row_version = ",
+            $rv,
+            " AND lease_owner = ",
+            $owner,
+            " AND lease_token = ",
+            $token,
+            " AND lease_until_ms = ",
+            $until,
+            " AND lease_until_ms > ",
+            $now
+        )
+    };
+}
+pub(crate) use cas_sql;
+
 /// The claim fields of the compare-and-swap, as the database binds them.
 #[derive(Debug, Clone)]
 pub struct Cas<'a> {

@@ -10,7 +10,7 @@ use sqlx::query::Query;
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::super::rows::to_i64;
-use super::super::rules::{self, Cas, Change, NewHistory, Plan};
+use super::super::rules::{self, Cas, Change, NewHistory, Plan, cas_sql};
 use super::{Tx, announce, begin, finish, in_id_order, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;
@@ -19,9 +19,7 @@ use crate::store::rows::ReceiptRow;
 /// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
 macro_rules! cas_where {
     () => {
-        "receipt_id = $1 AND status = 'active' AND finalized_at = $2 AND attempts = $3 \
-         AND row_version = $4 AND lease_owner = $5 AND lease_token = $6 \
-         AND lease_until_ms = $7 AND lease_until_ms > $8"
+        cas_sql!("status"; "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8")
     };
 }
 

@@ -7,7 +7,7 @@
 use sqlx::PgConnection;
 
 use super::super::rows::ReceiptRow;
-use super::super::rules::{Cas, Change, NewHistory, Plan};
+use super::super::rules::{Cas, Change, NewHistory, Plan, cas_sql};
 use super::CHANNEL;
 use crate::domain::StoreError;
 use crate::store::StoreResult;
@@ -129,6 +129,14 @@ pub(super) struct Write {
     pub wakes: bool,
 }
 
+/// The compare-and-swap of each row against its batch row.
+macro_rules! batch_cas {
+    () => {
+        cas_sql!("status"; "b_id", "b_fin", "b_attempts", "b_version", "b_owner", "b_token",
+                 "b_until", "b_now")
+    };
+}
+
 /// One guarded update, for exactly the rows it changed one history insert,
 /// and the announcement of work made due (a retry, a release) when there is
 /// any, which the statement answers as item 0: one statement, atomic even
@@ -138,7 +146,8 @@ pub(super) struct Write {
 /// each other instead of deadlocking. (Locking them first in a `FOR UPDATE`
 /// CTE would make sure of it, but costs a lock record per row and a join;
 /// `EXPLAIN ANALYZE` put it at more than half the statement.)
-const WRITE_ROUND: &str = "\
+const WRITE_ROUND: &str = concat!(
+    "\
 WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[], \
   $6::text[], $7::int8[], $8::int8[], $9::text[], $10::int8[], $11::int8[], $12::text[], \
   $13::text[], $14::text[], $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[], \
@@ -154,17 +163,16 @@ changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_att
   transcript_id = COALESCE(b_transcript, transcript_id), \
   skip_reason = COALESCE(b_skip, skip_reason), finished_at_ms = b_finished, \
   lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL \
-  FROM batch \
-  WHERE receipt_id = b_id AND status = 'active' AND finalized_at = b_fin \
-  AND attempts = b_attempts AND row_version = b_version AND lease_owner = b_owner \
-  AND lease_token = b_token AND lease_until_ms = b_until AND lease_until_ms > b_now \
-  RETURNING b_item, b_wakes), \
+  FROM batch WHERE ",
+    batch_cas!(),
+    " RETURNING b_item, b_wakes), \
 logged AS (INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
   transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
   SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \
   h_observed, h_route, h_retry_after FROM changed JOIN batch USING (b_item) ORDER BY b_item), \
 announced AS (SELECT pg_notify($27, '') FROM (SELECT 1 FROM changed WHERE b_wakes LIMIT 1) AS woken) \
-SELECT b_item FROM changed UNION ALL SELECT 0 FROM announced";
+SELECT b_item FROM changed UNION ALL SELECT 0 FROM announced"
+);
 
 /// Apply a round of writes (distinct receipts, in id order) in one
 /// statement; which of them matched their guard, by position.
@@ -225,11 +233,9 @@ const EXTEND_ROUND: &str = concat!(
     "WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], \
        $5::text[], $6::text[], $7::int8[], $8::int8[], $9::int8[]) WITH ORDINALITY \
        AS b (b_id, b_fin, b_attempts, b_version, b_owner, b_token, b_until, b_now, b_new_until, b_item)) \
-     UPDATE receipts SET lease_until_ms = b_new_until FROM batch \
-     WHERE receipt_id = b_id AND status = 'active' AND finalized_at = b_fin \
-     AND attempts = b_attempts AND row_version = b_version AND lease_owner = b_owner \
-     AND lease_token = b_token AND lease_until_ms = b_until AND lease_until_ms > b_now \
-     RETURNING b_item, ",
+     UPDATE receipts SET lease_until_ms = b_new_until FROM batch WHERE ",
+    batch_cas!(),
+    " RETURNING b_item, ",
     pg_receipt_columns!()
 );
 

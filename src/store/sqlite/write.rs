@@ -13,7 +13,7 @@ use rusqlite::Connection;
 
 use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
-use super::super::rules::{self, Cas, Change, NewHistory, Plan};
+use super::super::rules::{self, Cas, Change, NewHistory, Plan, cas_sql};
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
 use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, WorkerId};
 use crate::store::rows::receipt_columns;
@@ -228,11 +228,9 @@ macro_rules! cas_from_batch {
              value ->> 3 AS rv, value ->> 4 AS owner, value ->> 5 AS token, \
              value ->> 6 AS until, value ->> 7 AS at",
             $extra,
-            " FROM jsonb_each(?1)) AS b WHERE receipts.receipt_id = b.id \
-             AND +receipts.status = 'active' AND receipts.finalized_at = b.fin \
-             AND receipts.attempts = b.att AND receipts.row_version = b.rv \
-             AND receipts.lease_owner = b.owner AND receipts.lease_token = b.token \
-             AND receipts.lease_until_ms = b.until AND receipts.lease_until_ms > b.at"
+            " FROM jsonb_each(?1)) AS b WHERE ",
+            cas_sql!("+status"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
+                     "b.until", "b.at")
         )
     };
 }
@@ -326,16 +324,14 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
         // One row: the same guarded update with bound values. `UPDATE … FROM`
         // builds temporary tables whose set-up costs more than the row itself.
         let changed = conn
-            .prepare_cached(
+            .prepare_cached(concat!(
                 "UPDATE receipts SET status = ?9, transcript_id = ?10, skip_reason = ?11, \
                  attempts = coalesce(?12, attempts), next_visible_at_ms = ?13, \
                  failure_code = coalesce(?14, failure_code), \
                  failure_sha256 = coalesce(?15, failure_sha256), lease_owner = NULL, \
-                 lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?16 \
-                 WHERE receipt_id = ?1 AND status = 'active' AND finalized_at = ?2 \
-                 AND attempts = ?3 AND row_version = ?4 AND lease_owner = ?5 \
-                 AND lease_token = ?6 AND lease_until_ms = ?7 AND lease_until_ms > ?8",
-            )?
+                 lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?16 WHERE ",
+                cas_sql!("status"; "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8")
+            ))?
             .execute(*row)?;
         return Ok(if changed == 1 {
             HashSet::from([row.0.to_owned()])
