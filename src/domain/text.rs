@@ -16,6 +16,12 @@ pub enum IdError {
     Dots,
 }
 
+/// Check text bounded as an id is (1..=512 bytes, no control characters),
+/// e.g. a prefix of receipt ids; `.` and `..` are fine there.
+pub fn check_id_text(value: &str) -> Result<(), IdError> {
+    check_id(value, false)
+}
+
 fn check_id(value: &str, addressed_in_paths: bool) -> Result<(), IdError> {
     if value.is_empty() || value.len() > MAX_ID_BYTES {
         return Err(IdError::Length);

@@ -12,7 +12,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
-use crate::domain::{IdError, ReceiptId, SettlementFailureCode, WorkerId};
+use crate::domain::{
+    IdError, ReceiptId, SettlementClaimValidationError, SettlementFailureCode, WorkerId,
+    check_id_text,
+};
 use crate::store::search::{FoundReceipt, Range, SearchKey, StateFilter};
 use crate::store::{ReceiptFilter, SearchOrder, SearchPage};
 
@@ -138,15 +141,22 @@ impl FindQuery {
         let owner = self
             .owner
             .as_deref()
-            .map(|o| WorkerId::parse(o).map(|w| w.as_str().to_owned()))
+            .map(WorkerId::parse)
             .transpose()
-            .map_err(|_| {
-                ApiError::validation(ProblemCode::WorkerIdLength, "owner must be 1..=128 bytes")
+            .map_err(|e| match e {
+                SettlementClaimValidationError::WorkerIdText => ApiError::validation(
+                    ProblemCode::InvalidWorkerId,
+                    "owner must not contain control characters",
+                ),
+                _ => {
+                    ApiError::validation(ProblemCode::WorkerIdLength, "owner must be 1..=128 bytes")
+                }
             })?;
+        // A prefix of ids, not an id: `.` is a fine start of one.
         let prefix = self
             .prefix
             .as_deref()
-            .map(|p| ReceiptId::parse(p).map(|id| id.as_str().to_owned()))
+            .map(|p| check_id_text(p).map(|()| p.to_owned()))
             .transpose()
             .map_err(|e: IdError| ApiError::bad_id(ProblemCode::InvalidReceiptId, "prefix", e))?;
         Ok(ReceiptFilter {

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 
 use super::rows::{ReceiptRow, to_i64, to_u64};
 use super::{FailureView, LeaseView, ReceiptState, StoreResult};
-use crate::domain::SettlementFailureCode;
+use crate::domain::{SettlementFailureCode, WorkerId};
 
 /// Rows examined per page at most when a filter is checked row by row.
 pub const SCAN_BUDGET: usize = 1000;
@@ -113,7 +113,7 @@ pub struct ReceiptFilter {
     /// The last failure's code.
     pub code: Option<SettlementFailureCode>,
     /// The worker holding a live lease (only leased receipts have one).
-    pub owner: Option<String>,
+    pub owner: Option<WorkerId>,
     /// Receipt ids starting with these bytes.
     pub prefix: Option<String>,
     /// `finalized_at`, Unix seconds.
@@ -149,10 +149,9 @@ impl ReceiptFilter {
         let code_ok = self
             .code
             .is_none_or(|c| row.failure_code.as_deref() == Some(c.as_str()));
-        let owner_ok = self
-            .owner
-            .as_deref()
-            .is_none_or(|o| state == ReceiptState::Leased && row.lease_owner.as_deref() == Some(o));
+        let owner_ok = self.owner.as_ref().is_none_or(|o| {
+            state == ReceiptState::Leased && row.lease_owner.as_deref() == Some(o.as_str())
+        });
         let prefix_ok = self
             .prefix
             .as_deref()
@@ -188,7 +187,9 @@ impl ReceiptFilter {
             "state={};code={};owner={};prefix={};finalized={};finished_ms={};held={}",
             self.state.map_or("", StateFilter::as_str),
             self.code.map_or("", SettlementFailureCode::as_str),
-            self.owner.as_deref().map_or_else(String::new, hex::encode),
+            self.owner
+                .as_ref()
+                .map_or_else(String::new, |o| hex::encode(o.as_str())),
             self.prefix.as_deref().map_or_else(String::new, hex::encode),
             self.finalized.text(),
             self.finished_ms.text(),
@@ -513,7 +514,7 @@ fn arm(
         ));
     }
     if let (Source::Leases, Some(owner)) = (source, &filter.owner) {
-        let owner = b.push(Bind::Text(owner.clone()));
+        let owner = b.push(Bind::Text(owner.as_str().to_owned()));
         conditions.push(format!("lease_owner = {owner}"));
     }
     // One end of the range is the cursor when there is one, otherwise the
@@ -647,7 +648,7 @@ mod tests {
             [Source::Fresh]
         );
         let owner = ReceiptFilter {
-            owner: Some("w".into()),
+            owner: Some(WorkerId::parse("w").unwrap()),
             state: Some(StateFilter::Pending),
             ..ReceiptFilter::default()
         };
@@ -672,7 +673,7 @@ mod tests {
         assert_eq!(code.sources(), [Source::Failed(SettlementFailureCode::Rpc)]);
         assert!(!code.checks_rows());
         let code_and_owner_pending = ReceiptFilter {
-            owner: Some("w".into()),
+            owner: Some(WorkerId::parse("w").unwrap()),
             state: Some(StateFilter::Pending),
             ..code
         };

@@ -91,8 +91,8 @@ fn expected(
                 .is_none_or(|c| v.last_failure.as_ref().is_some_and(|f| f.code == c))
             && filter
                 .owner
-                .as_deref()
-                .is_none_or(|o| v.lease.as_ref().is_some_and(|l| l.owner == o))
+                .as_ref()
+                .is_none_or(|o| v.lease.as_ref().is_some_and(|l| *o == l.owner.as_str()))
             && filter
                 .prefix
                 .as_deref()
@@ -177,16 +177,16 @@ fn filters() -> Vec<ReceiptFilter> {
             ..base()
         },
         ReceiptFilter {
-            owner: Some("w1".into()),
+            owner: Some(worker("w1")),
             ..base()
         },
         ReceiptFilter {
-            owner: Some("w1".into()),
+            owner: Some(worker("w1")),
             state: Some(StateFilter::Pending),
             ..base()
         },
         ReceiptFilter {
-            owner: Some("w2".into()),
+            owner: Some(worker("w2")),
             state: Some(StateFilter::Leased),
             ..base()
         },

@@ -81,6 +81,11 @@ async fn filters_and_cursor_paging_over_http(fresh: Fresh) {
     assert_eq!(ids, ["a-2"]);
     let (ids, _) = all_pages(&s, &format!("finished_from_ms={T0}")).await;
     assert_eq!(ids, ["a-4"]);
+    // A prefix is not an id: `.` and `..` are prefixes like any other.
+    for dots in [".", ".."] {
+        let (ids, _) = all_pages(&s, &format!("prefix={dots}")).await;
+        assert!(ids.is_empty(), "prefix {dots}: {ids:?}");
+    }
 
     // A leased receipt shows its owner and deadline, never the token.
     let page = s.get("/v1/receipts?owner=worker-7").await.ok(200).clone();
@@ -135,6 +140,7 @@ async fn bad_queries_are_refused_with_a_clear_422(fresh: Fresh) {
         ("prefix=", "invalid_receipt_id"),
         ("prefix=%01", "invalid_receipt_id"),
         ("owner=", "worker_id_length"),
+        ("owner=w%01", "invalid_worker_id"),
         ("cursor=garbage", "invalid_cursor"),
         ("state=pending&state=leased", "invalid_query"),
         // A cursor is bound to its filters and order.

@@ -249,12 +249,6 @@ impl Drop for PostgresStore {
     }
 }
 
-/// PostgreSQL text cannot hold NUL. A claim carrying one can match no stored
-/// row, so it is answered without being sent, as SQLite would answer it.
-fn storable(text: &str) -> bool {
-    !text.contains('\0')
-}
-
 /// Positions of `items` in id order; the sort is stable, so repeats of one
 /// id keep their order.
 fn in_id_order<T>(items: &[T], id: impl Fn(&T) -> &str) -> Vec<usize> {

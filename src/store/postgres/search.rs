@@ -3,7 +3,7 @@
 
 use super::super::rows::to_i64;
 use super::super::search::{self, Bind, Dialect};
-use super::{PostgresStore, storable};
+use super::PostgresStore;
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptFilter, SearchPage, SearchResults, StoreResult};
 
@@ -17,10 +17,8 @@ impl PostgresStore {
         let now = to_i64(now_ms, "now_ms")?;
         let budget = filter.budget(page.limit);
         let mut rows = Vec::new();
-        // PostgreSQL text cannot carry a NUL, so no stored owner holds one.
-        let owner_storable = filter.owner.as_deref().is_none_or(storable);
         let statement = search::statement(Dialect::Postgres, filter, page, now, budget)?;
-        if let (Some(s), true) = (statement, owner_storable) {
+        if let Some(s) = statement {
             let mut query = sqlx::query_as::<_, ReceiptRow>(sqlx::AssertSqlSafe(s.sql));
             for value in s.binds {
                 query = match value {
