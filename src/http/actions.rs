@@ -407,9 +407,7 @@ async fn select(
     for _ in 0..MAX_SELECT_PAGES {
         let found = app.store.find_receipts(filter, &page, now).await?;
         for receipt in found.receipts {
-            let id = ReceiptId::parse(&receipt.receipt_id)
-                .map_err(|_| ApiError::unavailable("a stored receipt id does not parse"))?;
-            ids.push(id);
+            ids.push(ReceiptId::from_stored(receipt.receipt_id));
         }
         if ids.len() > MAX_SELECTED {
             return Err(too_broad(format!(

@@ -93,10 +93,15 @@ pub fn to_u32(value: i64, what: &str) -> StoreResult<u32> {
 }
 
 /// A value bound for the database as `i64`; one that does not fit is refused.
-pub fn to_i64(value: u64, what: &str) -> StoreResult<i64> {
-    i64::try_from(value).map_err(|_| {
+/// A value the store was handed, as it can keep it.
+pub fn to_stored(value: u64, what: &str) -> StoreResult<U63> {
+    U63::try_from(value).map_err(|_| {
         StoreError::invalid_record(format!("{what} does not fit a signed 64-bit integer"))
     })
+}
+
+pub fn to_i64(value: u64, what: &str) -> StoreResult<i64> {
+    to_stored(value, what).map(U63::as_i64)
 }
 
 fn code(label: &str) -> StoreResult<SettlementFailureCode> {
@@ -152,13 +157,14 @@ impl ReceiptRow {
         }))
     }
 
-    /// The row just leased, as handed to the worker.
-    pub fn claimed(&self) -> StoreResult<Claimed> {
+    /// The row just leased (or extended), as handed to the worker;
+    /// `after_expiry` when the lease it replaced had expired.
+    pub fn claimed(&self, after_expiry: bool) -> StoreResult<Claimed> {
         Ok(Claimed {
             claim: self.lease()?.ok_or_else(|| corrupt("lease"))?,
             observation: observation(self.observation.as_deref())?,
             group: GroupName::from_stored(self.receipt_group.clone()),
-            after_expiry: false,
+            after_expiry,
         })
     }
 

@@ -3,7 +3,7 @@
 //! guarded write that repeats the whole claim compare-and-swap, and falls
 //! back to [`explain_miss`] when the guard matched no row.
 
-use super::rows::{ReceiptRow, to_u63, to_u64};
+use super::rows::{ReceiptRow, to_stored, to_u63, to_u64};
 use super::{Enqueued, NewReceipt, StoreResult};
 use crate::domain::{
     self, Claim, DEFAULT_GROUP, Decision, LeaseToken, Outcome, RetryPolicy, Route, Standing,
@@ -125,13 +125,6 @@ fn overflow(what: &str) -> StoreError {
     StoreError::invalid_record(format!("{what} overflows"))
 }
 
-/// A time the store was handed that it cannot keep.
-pub fn stored_time(ms: u64, what: &str) -> StoreResult<U63> {
-    U63::try_from(ms).map_err(|_| {
-        StoreError::invalid_record(format!("{what} does not fit a signed 64-bit integer"))
-    })
-}
-
 /// Decide the outcome (`domain::decide`) and say what to write for it.
 pub fn plan_outcome(
     claim: &Claim,
@@ -139,13 +132,13 @@ pub fn plan_outcome(
     policy: RetryPolicy,
     observed_at_ms: u64,
 ) -> StoreResult<Plan> {
-    let observed = stored_time(observed_at_ms, "observed_at_ms")?;
+    let observed = to_stored(observed_at_ms, "observed_at_ms")?;
     let decision =
         domain::decide(claim, input, &policy, observed).map_err(|too_big| overflow(too_big.0))?;
     let route = decision.route();
     let retry_after_ms = input
         .retry_after_ms()
-        .map(|ms| stored_time(ms, "retry_after_ms").map(U63::as_i64))
+        .map(|ms| to_stored(ms, "retry_after_ms").map(U63::as_i64))
         .transpose()?;
     let failure = input.failure();
     let mut history = NewHistory {
@@ -239,7 +232,7 @@ pub fn explain_miss(
     replay: Option<&Outcome>,
     observed_at_ms: u64,
 ) -> StoreResult<Route> {
-    let at = stored_time(observed_at_ms, "observed_at_ms")?;
+    let at = to_stored(observed_at_ms, "observed_at_ms")?;
     domain::refusal(&standing(row)?, claim, replay, at)
         .map_err(|refusal| StoreError::conflict(refusal.kind, refusal.detail))
 }
@@ -270,7 +263,7 @@ pub fn refused_plan(
     refusal: StoreError,
     observed_at_ms: u64,
 ) -> StoreError {
-    let Ok(at) = stored_time(observed_at_ms, "observed_at_ms") else {
+    let Ok(at) = to_stored(observed_at_ms, "observed_at_ms") else {
         return refusal;
     };
     let Ok(standing) = standing(row) else {
@@ -322,7 +315,7 @@ pub fn lease_deadline(now_ms: u64, lease_ms: u64) -> StoreResult<i64> {
     let until = now_ms
         .checked_add(lease_ms)
         .ok_or_else(|| overflow("lease_until_ms"))?;
-    stored_time(until, "lease_until_ms").map(U63::as_i64)
+    to_stored(until, "lease_until_ms").map(U63::as_i64)
 }
 
 /// The next row version of a claim, checked.

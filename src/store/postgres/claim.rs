@@ -196,8 +196,7 @@ const LEASE: &str = concat!(
 /// (the group's row locked when it is limited); spends a token when they do
 /// and it has a rate. `Err(paused)` when not.
 async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
-    let group = GroupName::parse(name)
-        .map_err(|_| StoreError::invalid_record("stored group name is out of range"))?;
+    let group = GroupName::from_stored(name.to_owned());
     let fair = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1).await?;
     match fair.admit_one() {
         Ok(spent) => spend(tx, spent).await.map(Ok),
@@ -260,10 +259,9 @@ async fn claim_one(
                 .bind(now)
                 .fetch_optional(&mut **tx)
                 .await?;
-            let mut claimed = leased.ok_or_else(rules::changed_while_claimed)?.claimed()?;
+            let leased = leased.ok_or_else(rules::changed_while_claimed)?;
             // A due row that still holds a lease holds an expired one.
-            claimed.after_expiry = row.lease_until_ms.is_some();
-            ReceiptClaim::Claimed(claimed)
+            ReceiptClaim::Claimed(leased.claimed(row.lease_until_ms.is_some())?)
         }
         _ => ReceiptClaim::NoActiveWork,
     })
@@ -323,9 +321,7 @@ async fn lease_due(
             if rules::next_row_version(r.prior_version)? != r.row.row_version {
                 return Err(StoreError::invalid_record("row_version did not advance"));
             }
-            let mut claimed = r.row.claimed()?;
-            claimed.after_expiry = r.prior_until.is_some();
-            Ok(claimed)
+            r.row.claimed(r.prior_until.is_some())
         })
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(fair.answer(claims))

@@ -172,9 +172,7 @@ pub(super) fn lease(
     row.lease_owner = Some(worker_id.as_str().to_owned());
     row.lease_token = Some(token);
     row.lease_until_ms = Some(until);
-    let mut claimed = row.claimed()?;
-    claimed.after_expiry = after_expiry;
-    Ok(claimed)
+    row.claimed(after_expiry)
 }
 
 /// Claim one receipt by id.
@@ -510,7 +508,7 @@ pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreR
             results[i] = Some(match updated.get(id) {
                 // A corrupt row fails the whole call, so that its savepoint
                 // undoes the extension the caller is not told about.
-                Some(row) => Ok(row.claimed()?),
+                Some(row) => Ok(row.claimed(false)?),
                 None => Err(lease_miss(found.get(id), &it.claim, it.now_ms)),
             });
         }
