@@ -21,6 +21,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(record_one))
         .routes(routes!(record_batch))
         .routes(routes!(extend_lease, release_lease))
+        .routes(routes!(extend_batch))
 }
 
 /// Record the outcome of a claimed receipt.
@@ -126,6 +127,36 @@ pub struct LeaseExtendIn {
     pub extend_ms: u64,
 }
 
+/// A batch of lease extensions.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseExtendBatchIn {
+    /// 1..=1024 items, each judged on its own, in order.
+    #[schema(value_type = Vec<LeaseExtendIn>)]
+    pub leases: Vec<Box<RawValue>>,
+}
+
+/// The result of one item of `POST /v1/leases/extend`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LeaseExtendResult {
+    /// The item's `claim.receipt_id`, when it had one.
+    pub receipt_id: Option<String>,
+    /// The claim with its new `lease_until_ms`, when the lease was extended:
+    /// from now on it is the one to send back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimBody>,
+    /// Why the item was refused (then nothing changed for it), e.g. 409
+    /// `lease_conflict` or `lease_expired`: the lease is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Problem>,
+}
+
+/// One result per item, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LeaseExtendBatchOut {
+    pub results: Vec<LeaseExtendResult>,
+}
+
 /// Give a lease back.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +185,70 @@ async fn extend_lease(
         app.checked(app.store.extend_lease(&claim, extend, app.now()).await)?
             .into(),
     ))
+}
+
+/// Extend up to 1024 leases at once (a worker's heartbeat for every lease it
+/// holds), each judged on its own as `POST /v1/receipts/{id}/lease` would.
+///
+/// Every item answers either its new claim or its own error: one item's 409
+/// says nothing about the others, and a 503 in one item's `error` means that
+/// lease was not extended (its old claim is still the one to send).
+#[utoipa::path(post, path = "/v1/leases/extend", security(("bearer" = ["worker", "operator"])), operation_id = "v1.leases.extend", tag = "outcomes",
+    request_body = LeaseExtendBatchIn,
+    responses(
+        (status = 200, description = "One result per item, in order", body = LeaseExtendBatchOut),
+        (status = 422, description = "Malformed batch", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn extend_batch(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<LeaseExtendBatchIn>,
+) -> Result<Json<LeaseExtendBatchOut>, ApiError> {
+    wire::check_batch_len(body.leases.len())?;
+    let now = app.now();
+    let parsed: Vec<Result<(crate::domain::Claim, LeaseMs), ApiError>> = body
+        .leases
+        .iter()
+        .map(|item| {
+            let request = wire::parse_item::<LeaseExtendIn>(item)?;
+            Ok((
+                wire::parse_claim(request.claim, None)?,
+                LeaseMs::try_from(request.extend_ms)?,
+            ))
+        })
+        .collect();
+    let valid: Vec<_> = parsed
+        .iter()
+        .filter_map(|p| p.as_ref().ok())
+        .cloned()
+        .collect();
+    let mut extended = app.store.extend_leases(&valid, now).await.into_iter();
+    let results = body
+        .leases
+        .iter()
+        .zip(parsed)
+        .map(|(item, parsed)| match parsed {
+            Err(e) => LeaseExtendResult {
+                receipt_id: wire::item_receipt_id(item, &["claim", "receipt_id"]),
+                claim: None,
+                error: Some(e.problem()),
+            },
+            Ok((claim, _)) => {
+                let answer = extended
+                    .next()
+                    .unwrap_or_else(|| Err(crate::domain::StoreError::backend("no result")));
+                let (claim_out, error) = match app.checked(answer) {
+                    Ok(claimed) => (Some(claimed.into()), None),
+                    Err(e) => (None, Some(e.problem())),
+                };
+                LeaseExtendResult {
+                    receipt_id: Some(claim.receipt_id.as_str().to_owned()),
+                    claim: claim_out,
+                    error,
+                }
+            }
+        })
+        .collect();
+    Ok(Json(LeaseExtendBatchOut { results }))
 }
 
 /// Release a live lease without using up an attempt: the receipt is due again at once.

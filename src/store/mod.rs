@@ -273,6 +273,24 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
             .unwrap_or_else(|| Err(StoreError::backend("no result")))
     }
 
+    /// Extend many leases, each judged on its own (see
+    /// [`SettlementOutcomeStore::extend_lease`]). They are sent to the
+    /// writer together, and both backends' writers merge extensions waiting
+    /// side by side into one commit, so a batch costs one commit, not one
+    /// per lease.
+    pub async fn extend_leases(
+        &self,
+        items: &[(Claim, LeaseMs)],
+        now_ms: u64,
+    ) -> Vec<StoreResult<Claimed>> {
+        futures_util::future::join_all(
+            items
+                .iter()
+                .map(|(claim, extend_ms)| self.extend_lease(claim, *extend_ms, now_ms)),
+        )
+        .await
+    }
+
     /// Claim up to `limit` due receipts of every group (see
     /// [`SettlementOutcomeStore::claim_from`]).
     pub async fn claim_due(

@@ -244,7 +244,63 @@ async fn a_claim_says_whether_it_took_over_an_expired_lease(fresh: Fresh) {
     assert_eq!(flags, [("b", true), ("c", false)]);
 }
 
+async fn many_leases_extend_at_once_each_judged_on_its_own(fresh: Fresh) {
+    let s = store(&fresh);
+    let ids: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let mut claims = Vec::new();
+    for id in &ids {
+        claims.push(claim(&fresh, id, "w", T0, 1_000).await);
+    }
+    // Every third claim is stale: its receipt was released and claimed again.
+    for c in claims.iter().step_by(3) {
+        s.release_lease(&c.claim, T0 + 1).await.unwrap();
+        claim(&fresh, c.claim.receipt_id.as_str(), "x", T0 + 1, 1_000).await;
+    }
+    let items: Vec<_> = claims
+        .iter()
+        .map(|c| (c.claim.clone(), lease(4_000)))
+        .collect();
+    let results = s.extend_leases(&items, T0 + 500).await;
+    assert_eq!(results.len(), ids.len());
+    for (i, (result, before)) in results.iter().zip(&claims).enumerate() {
+        if i % 3 == 0 {
+            assert_conflict(result);
+            let v = view(&fresh, &ids[i], T0 + 500).await;
+            assert_eq!(
+                v.lease.unwrap().owner,
+                "x",
+                "a refused item changed nothing"
+            );
+        } else {
+            let extended = result.as_ref().unwrap();
+            assert_eq!(
+                extended.claim.receipt_id, before.claim.receipt_id,
+                "in order"
+            );
+            assert_eq!(extended.lease_until_ms.get(), T0 + 4_500);
+            assert_eq!(extended.claim.lease_token, before.claim.lease_token);
+            let v = view(&fresh, &ids[i], T0 + 1_200).await;
+            assert_eq!(v.lease.unwrap().until_ms, T0 + 4_500);
+        }
+    }
+    // Past the old deadline, the extended claims still commit.
+    let extended = results[1].as_ref().unwrap();
+    let route = record(
+        &fresh,
+        extended,
+        &accepted("t"),
+        RetryPolicy::default(),
+        T0 + 4_000,
+    )
+    .await;
+    assert_eq!(route.unwrap(), Route::NoAction);
+    assert!(s.extend_leases(&[], T0).await.is_empty());
+}
+
 crate::on_every_backend!(
+    many_leases_extend_at_once_each_judged_on_its_own,
     a_claim_says_whether_it_took_over_an_expired_lease,
     extend_moves_the_deadline_and_keeps_token_and_version,
     extend_is_refused_for_expired_stale_or_finished_claims,

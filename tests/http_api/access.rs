@@ -75,6 +75,12 @@ fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static [&'static s
             &["worker", "operator"],
         ),
         (
+            Method::POST,
+            "/v1/leases/extend",
+            Some(json!({"leases": [{"claim": claim(), "extend_ms": 5}]})),
+            &["worker", "operator"],
+        ),
+        (
             Method::DELETE,
             "/v1/receipts/r/lease",
             Some(json!({"claim": claim()})),

@@ -63,6 +63,7 @@ fn every_documented_operation_has_a_stable_dotted_id_and_problem_errors() {
         "v1.receipts.outcome",
         "v1.outcomes.batch",
         "v1.receipts.lease.extend",
+        "v1.leases.extend",
         "v1.receipts.lease.release",
         "v1.dead_letters.list",
         "v1.dead_letters.get",
