@@ -12,13 +12,15 @@
 //! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
 //! (`bash tests/dashboard/ci-setup.sh` installs the last two).
 //!
-//! Generated clients: see `tests/clients/driver.rs`.
+//! Generated clients: see `tests/clients/driver.rs`. The worker SDKs: see `tests/sdk/driver.rs`.
 //!
 //! Without its tools a test prints `SKIPPED: …` and passes, except when `CI` is set: there a
 //! missing piece fails it.
 
 #[path = "clients/driver.rs"]
 mod clients;
+#[path = "sdk/driver.rs"]
+mod sdk;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -5,8 +5,9 @@
 //! every receipt finished (settled, skipped or dead-lettered), each settled
 //! receipt accepted exactly once, and the counts agree with `/v1/status`.
 //!
+//! The workers run on the SDKs (`bash clients/ci-setup.sh` installs them).
 //! An example whose interpreter (`python3`, `node` 18+, `bash`, `curl`, `jq`)
-//! is missing is skipped with a message saying so. Run with `--nocapture` to
+//! or SDK is missing is skipped with a message saying so. Run with `--nocapture` to
 //! see how long each example took.
 
 use std::collections::BTreeMap;
@@ -65,6 +66,25 @@ fn have_tools(example: &str, tools: &[&str]) -> bool {
 }
 
 /// Percent-encode a receipt id for a URL path: everything but unreserved characters.
+/// Whether the SDK an example runs on is installed (`bash clients/ci-setup.sh` installs
+/// both); prints why not otherwise, and fails where `CI` or `SETTLED_REQUIRE_SDKS` is set.
+fn sdk_installed(example: &str, path: &Path) -> bool {
+    if path.exists() {
+        return true;
+    }
+    let required = ["CI", "SETTLED_REQUIRE_SDKS"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"));
+    let why = format!(
+        "SKIPPED: the {example} example did not run: its SDK is not installed ({} is missing); \
+         install it with: bash clients/ci-setup.sh",
+        path.display()
+    );
+    assert!(!required, "{why}");
+    eprintln!("{why}");
+    false
+}
+
 fn enc(id: &str) -> String {
     id.bytes()
         .map(|b| {
@@ -522,11 +542,14 @@ async fn worker_example(label: &str, program: &str, script: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_worker_settles_every_receipt() {
-    if !have_tools("Python worker", &["python3"]) {
+    // The example runs on the Python SDK, installed in this virtualenv.
+    let python = repo("clients/python/.venv/bin/python");
+    if !sdk_installed("Python worker", &python) {
         return;
     }
-    println!("python: {}", tool_version("python3").unwrap_or_default());
-    worker_example("python", "python3", &repo("examples/python/worker.py")).await;
+    let python = python.to_string_lossy().into_owned();
+    println!("python: {}", tool_version(&python).unwrap_or_default());
+    worker_example("python", &python, &repo("examples/python/worker.py")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,6 +568,12 @@ async fn node_worker_settles_every_receipt() {
         eprintln!(
             "SKIPPED: the Node.js worker example did not run: it needs Node.js 18 or later (built-in fetch), found {version}"
         );
+        return;
+    }
+    if !sdk_installed(
+        "Node.js worker",
+        &repo("examples/node/node_modules/settled"),
+    ) {
         return;
     }
     println!("node: {version}");

@@ -1,0 +1,294 @@
+"""An asyncio client of settled's HTTP API: one method per operation.
+
+Every error answer raises `ProblemError` (branch on `.code`); no answer raises
+`ConnectionFailed`. Only requests that are safe to repeat are retried here:
+enqueues (idempotent by receipt id) and reads, on 503 or a lost connection,
+with full-jitter backoff. A claim is never retried blindly (the server may
+have leased receipts already); the worker polls again instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from . import _schema as s
+from .errors import ConnectionFailed, ProblemError
+
+__all__ = ["AsyncClient", "Backoff"]
+
+JSON = "application/json"
+
+
+class Backoff:
+    """Full jitter: a random wait up to `base * 2**n`, capped."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0):
+        self.base, self.cap, self.n = base, cap, 0
+
+    def next(self) -> float:
+        wait = random.uniform(0, min(self.cap, self.base * 2**self.n))
+        self.n = min(self.n + 1, 30)
+        return wait
+
+    def reset(self) -> None:
+        self.n = 0
+
+
+def _path(op: str, **params: str) -> tuple[str, str]:
+    method, template = s.OPERATIONS[op]
+    for name, value in params.items():
+        # Ids may hold '/', '?', '#', '%', spaces or any Unicode: always encoded.
+        template = template.replace("{" + name + "}", quote(value, safe=""))
+    return method, template
+
+
+class AsyncClient:
+    """A client of one settled server.
+
+    `token` is sent as a bearer token; `timeout` (seconds) bounds each request
+    (a long poll gets its `wait_ms` on top); `retries` is how many times an
+    idempotent request is tried again on 503 or a lost connection.
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 5,
+        max_connections: int = 32,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        headers = {"accept": "application/json"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+        self.retries = retries
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request; the parsed JSON answer, or None for 204."""
+        backoff = Backoff()
+        tries = self.retries + 1 if idempotent else 1
+        for attempt in range(tries):
+            try:
+                return await self._once(method, path, body, params, timeout)
+            except (ProblemError, ConnectionFailed) as e:
+                again = isinstance(e, ConnectionFailed) or e.retryable
+                if not again or attempt + 1 >= tries:
+                    raise
+            await asyncio.sleep(backoff.next())
+        raise AssertionError("unreachable")
+
+    async def _once(
+        self, method: str, path: str, body: Any, params: Mapping[str, Any] | None, timeout: float | None
+    ) -> Any:
+        kwargs: dict[str, Any] = {}
+        if body is not None or method in ("POST", "DELETE", "PUT"):
+            kwargs["json"] = body if body is not None else {}
+        if params:
+            kwargs["params"] = {k: _param(v) for k, v in params.items() if v is not None}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        try:
+            answer = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"{method} {path}: {type(e).__name__}: {e}") from e
+        if answer.status_code >= 400:
+            raise _problem(answer)
+        if answer.status_code == 204 or not answer.content:
+            return None
+        return answer.json()
+
+    # Producers.
+
+    async def enqueue(
+        self,
+        receipt_id: str,
+        finalized_at: int,
+        observation: Mapping[str, Any] | None = None,
+        *,
+        group: str | None = None,
+        visible_at_ms: int | None = None,
+    ) -> s.ReceiptSummary:
+        """Enqueue one receipt (201 new, 200 identical; a different one raises 409 receipt_conflict)."""
+        body = _receipt(receipt_id, finalized_at, observation, group, visible_at_ms)
+        method, path = _path("v1.receipts.create")
+        return cast(s.ReceiptSummary, await self.request(method, path, body, idempotent=True))
+
+    async def enqueue_batch(self, receipts: Sequence[s.ReceiptIn]) -> list[s.ReceiptBatchResult]:
+        """Enqueue up to 1024 receipts, each judged on its own."""
+        method, path = _path("v1.receipts.batch")
+        out = await self.request(method, path, {"receipts": list(receipts)}, idempotent=True)
+        return cast(list[s.ReceiptBatchResult], out["results"])
+
+    # Workers.
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease_ms: int,
+        limit: int,
+        wait_ms: int = 0,
+        groups: Sequence[str] | None = None,
+    ) -> s.ClaimsOut:
+        """Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried."""
+        body: dict[str, Any] = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": limit, "wait_ms": wait_ms}
+        if groups:
+            body["groups"] = list(groups)
+        method, path = _path("v1.claims.create")
+        return cast(s.ClaimsOut, await self.request(method, path, body, timeout=self.timeout + wait_ms / 1000))
+
+    async def claim_receipt(self, receipt_id: str, worker_id: str, *, lease_ms: int) -> s.Claim:
+        """Claim one receipt by id."""
+        method, path = _path("v1.receipts.claim", id=receipt_id)
+        body = {"worker_id": worker_id, "lease_ms": lease_ms}
+        return cast(s.Claim, await self.request(method, path, body))
+
+    async def extend(self, claim: s.Claim, extend_ms: int) -> s.Claim:
+        """Extend one lease to now + `extend_ms`; the answer is the claim to send from now on."""
+        method, path = _path("v1.receipts.lease.extend", id=claim["receipt_id"])
+        return cast(s.Claim, await self.request(method, path, {"claim": claim, "extend_ms": extend_ms}))
+
+    async def extend_many(self, leases: Sequence[tuple[s.Claim, int]]) -> list[s.LeaseExtendResult]:
+        """Extend up to 1024 leases in one request, each judged on its own."""
+        method, path = _path("v1.leases.extend")
+        items = [{"claim": c, "extend_ms": ms} for c, ms in leases]
+        return cast(list[s.LeaseExtendResult], (await self.request(method, path, {"leases": items}))["results"])
+
+    async def release(self, claim: s.Claim) -> None:
+        """Give a lease back: due again at once, no attempt used."""
+        method, path = _path("v1.receipts.lease.release", id=claim["receipt_id"])
+        await self.request(method, path, {"claim": claim})
+
+    async def outcome(self, claim: s.Claim, outcome: s.OutcomeIn) -> s.Route:
+        """Record the outcome of a claimed receipt."""
+        method, path = _path("v1.receipts.outcome", id=claim["receipt_id"])
+        return cast(s.Route, await self.request(method, path, {"claim": claim, "outcome": outcome}))
+
+    async def outcomes(self, items: Sequence[tuple[s.Claim, s.OutcomeIn]]) -> list[s.OutcomeResult]:
+        """Record up to 1024 outcomes in one commit, each judged on its own."""
+        method, path = _path("v1.outcomes.batch")
+        body = {"outcomes": [{"claim": c, "outcome": o} for c, o in items]}
+        return cast(list[s.OutcomeResult], (await self.request(method, path, body))["results"])
+
+    # Readers and operators.
+
+    async def get(self, receipt_id: str) -> s.ReceiptView:
+        """A receipt's state, lease (never its token) and history."""
+        method, path = _path("v1.receipts.get", id=receipt_id)
+        return cast(s.ReceiptView, await self.request(method, path, idempotent=True))
+
+    async def search(self, **filters: Any) -> s.FoundReceipts:
+        """Find receipts (`state`, `code`, `owner`, `prefix`, `group`, ranges, `limit`, `cursor`, …)."""
+        method, path = _path("v1.receipts.find")
+        return cast(s.FoundReceipts, await self.request(method, path, params=filters, idempotent=True))
+
+    async def status(self) -> s.StatusView:
+        """Counts per state, oldest due age, samples, groups."""
+        method, path = _path("v1.status.get")
+        return cast(s.StatusView, await self.request(method, path, idempotent=True))
+
+    async def dead_letters(self, *, limit: int | None = None, cursor: str | None = None) -> s.DeadLettersOut:
+        method, path = _path("v1.dead_letters.list")
+        params = {"limit": limit, "cursor": cursor}
+        return cast(s.DeadLettersOut, await self.request(method, path, params=params, idempotent=True))
+
+    async def redrive(self, receipt_id: str) -> s.ReceiptView:
+        """Put a dead letter back to work (attempts restart at 0)."""
+        method, path = _path("v1.dead_letters.redrive", id=receipt_id)
+        return cast(s.ReceiptView, await self.request(method, path))
+
+    async def hold(self, receipt_id: str, reason: str | None = None) -> s.ReceiptView:
+        return await self._act("v1.receipts.hold", receipt_id, reason)
+
+    async def unhold(self, receipt_id: str, reason: str | None = None) -> s.ReceiptView:
+        return await self._act("v1.receipts.unhold", receipt_id, reason)
+
+    async def cancel(self, receipt_id: str, reason: str | None = None) -> s.ReceiptView:
+        return await self._act("v1.receipts.cancel", receipt_id, reason)
+
+    async def bulk(self, action: s.BulkAction, body: s.BulkIn) -> s.BulkOut:
+        """Act on up to 1000 receipts by id or filter (`dry_run` first)."""
+        method, path = _path("v1.bulk.act", action=action)
+        return cast(s.BulkOut, await self.request(method, path, body))
+
+    async def info(self) -> s.InfoOut:
+        method, path = _path("v1.info.get")
+        return cast(s.InfoOut, await self.request(method, path, idempotent=True))
+
+    async def _act(self, op: str, receipt_id: str, reason: str | None) -> s.ReceiptView:
+        method, path = _path(op, receipt_id=receipt_id)
+        body = {"reason": reason} if reason is not None else {}
+        return cast(s.ReceiptView, await self.request(method, path, body))
+
+
+def _param(value: Any) -> Any:
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+def _receipt(
+    receipt_id: str,
+    finalized_at: int,
+    observation: Mapping[str, Any] | None,
+    group: str | None,
+    visible_at_ms: int | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"receipt_id": receipt_id, "finalized_at": finalized_at}
+    if observation is not None:
+        body["observation"] = dict(observation)
+    if group is not None:
+        body["group"] = group
+    if visible_at_ms is not None:
+        body["visible_at_ms"] = visible_at_ms
+    return body
+
+
+def _problem(answer: httpx.Response) -> ProblemError:
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "code" in body:
+        return ProblemError(
+            int(body.get("status", answer.status_code)),
+            str(body["code"]),
+            str(body.get("class", "")),
+            str(body.get("detail", "")),
+            body,
+        )
+    text = answer.text[:200]
+    problem_class = "backend" if answer.status_code >= 500 else "validation"
+    return ProblemError(answer.status_code, f"http_{answer.status_code}", problem_class, text, body)

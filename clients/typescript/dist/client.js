@@ -1,0 +1,231 @@
+// A client of settled's HTTP API: one method per operation, on the global fetch.
+//
+// Every error answer throws ProblemError (branch on `.code`); no answer throws
+// ConnectionFailed. Only requests safe to repeat are retried here: enqueues
+// (idempotent by receipt id) and reads, on 503 or a lost connection, with
+// full-jitter backoff. A claim is never retried blindly (the server may have
+// leased receipts already); the worker polls again instead.
+import { ConnectionFailed, ProblemError } from "./errors.js";
+/** Full jitter: a random wait up to `base * 2**n`, capped (ms). */
+export class Backoff {
+    baseMs;
+    capMs;
+    n = 0;
+    constructor(baseMs = 100, capMs = 5_000) {
+        this.baseMs = baseMs;
+        this.capMs = capMs;
+    }
+    next() {
+        const wait = Math.random() * Math.min(this.capMs, this.baseMs * 2 ** this.n);
+        this.n = Math.min(this.n + 1, 30);
+        return wait;
+    }
+    reset() {
+        this.n = 0;
+    }
+}
+/** Ids may hold '/', '?', '#', '%', spaces or any Unicode: always encoded. */
+function fill(template, params) {
+    return template.replace(/\{(\w+)\}/g, (_, name) => {
+        const value = params[name];
+        if (value === undefined)
+            throw new TypeError(`missing path parameter ${name}`);
+        return encodeURIComponent(value);
+    });
+}
+export const sleep = (ms, signal) => new Promise((resolve) => {
+    if (signal?.aborted)
+        return resolve();
+    const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", done);
+        resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+});
+/** A client of one settled server. */
+export class Client {
+    baseUrl;
+    timeoutMs;
+    retries;
+    headers;
+    fetch;
+    constructor(baseUrl = "http://127.0.0.1:8080", options = {}) {
+        this.baseUrl = baseUrl.replace(/\/+$/, "");
+        this.timeoutMs = options.timeoutMs ?? 10_000;
+        this.retries = options.retries ?? 5;
+        this.fetch = options.fetch ?? globalThis.fetch;
+        this.headers = { accept: "application/json" };
+        if (options.token)
+            this.headers.authorization = `Bearer ${options.token}`;
+    }
+    /** Send one request: the parsed JSON answer, or undefined for 204. */
+    async request(call) {
+        const backoff = new Backoff();
+        const tries = call.idempotent ? this.retries + 1 : 1;
+        for (let attempt = 1;; attempt++) {
+            try {
+                return await this.once(call);
+            }
+            catch (e) {
+                const again = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
+                if (!again || attempt >= tries)
+                    throw e;
+            }
+            await sleep(backoff.next());
+        }
+    }
+    async once(call) {
+        let url = this.baseUrl + call.path;
+        if (call.query) {
+            const q = new URLSearchParams();
+            for (const [k, v] of Object.entries(call.query))
+                if (v !== undefined && v !== null)
+                    q.set(k, String(v));
+            const text = q.toString();
+            if (text)
+                url += `?${text}`;
+        }
+        const headers = { ...this.headers };
+        let body;
+        if (call.method !== "GET") {
+            headers["content-type"] = "application/json";
+            body = JSON.stringify(call.body ?? {});
+        }
+        let answer;
+        try {
+            answer = await this.fetch(url, {
+                method: call.method,
+                headers,
+                body,
+                signal: AbortSignal.timeout(this.timeoutMs + (call.extraMs ?? 0)),
+            });
+        }
+        catch (e) {
+            const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+            throw new ConnectionFailed(`${call.method} ${call.path}: ${why}`, { cause: e });
+        }
+        let text;
+        try {
+            text = await answer.text();
+        }
+        catch (e) {
+            throw new ConnectionFailed(`${call.method} ${call.path}: the answer was cut off`, { cause: e });
+        }
+        if (answer.status >= 400)
+            throw problem(answer.status, text);
+        return (text ? JSON.parse(text) : undefined);
+    }
+    // Producers.
+    /** Enqueue one receipt (201 new, 200 identical; a different one throws 409 receipt_conflict). */
+    enqueue(receipt) {
+        return this.request({ method: "POST", path: "/v1/receipts", body: receipt, idempotent: true });
+    }
+    /** Enqueue up to 1024 receipts, each judged on its own. */
+    async enqueueBatch(receipts) {
+        const out = await this.request({
+            method: "POST",
+            path: "/v1/receipts/batch",
+            body: { receipts },
+            idempotent: true,
+        });
+        return out.results;
+    }
+    // Workers.
+    /** Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried. */
+    claim(params) {
+        return this.request({ method: "POST", path: "/v1/claims", body: params, extraMs: params.wait_ms ?? 0 });
+    }
+    /** Claim one receipt by id. */
+    claimReceipt(receiptId, params) {
+        return this.request({ method: "POST", path: fill("/v1/receipts/{id}/claim", { id: receiptId }), body: params });
+    }
+    /** Extend one lease to now + `extendMs`; the answer is the claim to send from now on. */
+    extend(claim, extendMs) {
+        const path = fill("/v1/receipts/{id}/lease", { id: claim.receipt_id });
+        return this.request({ method: "POST", path, body: { claim, extend_ms: extendMs } });
+    }
+    /** Extend up to 1024 leases in one request, each judged on its own. */
+    async extendMany(leases) {
+        const body = {
+            leases: leases.map(([claim, extend_ms]) => ({ claim, extend_ms })),
+        };
+        const out = await this.request({
+            method: "POST",
+            path: "/v1/leases/extend",
+            body,
+        });
+        return out.results;
+    }
+    /** Give a lease back: due again at once, no attempt used. */
+    async release(claim) {
+        const path = fill("/v1/receipts/{id}/lease", { id: claim.receipt_id });
+        await this.request({ method: "DELETE", path, body: { claim } });
+    }
+    /** Record the outcome of a claimed receipt. */
+    outcome(claim, outcome) {
+        const path = fill("/v1/receipts/{id}/outcome", { id: claim.receipt_id });
+        return this.request({ method: "POST", path, body: { claim, outcome } });
+    }
+    /** Record up to 1024 outcomes in one commit, each judged on its own. */
+    async outcomes(items) {
+        const body = { outcomes: items.map(([claim, outcome]) => ({ claim, outcome })) };
+        const out = await this.request({ method: "POST", path: "/v1/outcomes", body });
+        return out.results;
+    }
+    // Readers and operators.
+    /** A receipt's state, lease (never its token) and history. */
+    get(receiptId) {
+        return this.request({ method: "GET", path: fill("/v1/receipts/{id}", { id: receiptId }), idempotent: true });
+    }
+    /** Find receipts (`state`, `code`, `owner`, `prefix`, `group`, ranges, `limit`, `cursor`, …). */
+    search(query = {}) {
+        return this.request({ method: "GET", path: "/v1/receipts", query: { ...query }, idempotent: true });
+    }
+    /** Counts per state, oldest due age, samples, groups. */
+    status() {
+        return this.request({ method: "GET", path: "/v1/status", idempotent: true });
+    }
+    deadLetters(query = {}) {
+        return this.request({ method: "GET", path: "/v1/dead-letters", query: { ...query }, idempotent: true });
+    }
+    /** Put a dead letter back to work (attempts restart at 0). */
+    redrive(receiptId) {
+        return this.request({ method: "POST", path: fill("/v1/dead-letters/{id}/redrive", { id: receiptId }) });
+    }
+    hold(receiptId, reason) {
+        return this.act("/v1/receipts/{receipt_id}/hold", receiptId, reason);
+    }
+    unhold(receiptId, reason) {
+        return this.act("/v1/receipts/{receipt_id}/unhold", receiptId, reason);
+    }
+    cancel(receiptId, reason) {
+        return this.act("/v1/receipts/{receipt_id}/cancel", receiptId, reason);
+    }
+    /** Act on up to 1000 receipts by id or filter (`dry_run` first). */
+    bulk(action, body) {
+        return this.request({ method: "POST", path: fill("/v1/bulk/{action}", { action }), body });
+    }
+    info() {
+        return this.request({ method: "GET", path: "/v1/info", idempotent: true });
+    }
+    act(template, receiptId, reason) {
+        const body = reason === undefined ? {} : { reason };
+        return this.request({ method: "POST", path: fill(template, { receipt_id: receiptId }), body });
+    }
+}
+function problem(status, text) {
+    let body;
+    try {
+        body = JSON.parse(text);
+    }
+    catch {
+        body = undefined;
+    }
+    if (body && typeof body === "object" && "code" in body) {
+        const p = body;
+        return new ProblemError(p.status ?? status, String(p.code), String(p.class ?? ""), String(p.detail ?? ""), body);
+    }
+    return new ProblemError(status, `http_${status}`, status >= 500 ? "backend" : "validation", text.slice(0, 200), body);
+}

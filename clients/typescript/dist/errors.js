@@ -1,0 +1,80 @@
+// Errors the client throws, and the outcomes a handler throws.
+/** Base of every error this package throws. */
+export class SettledError extends Error {
+    constructor(message, options) {
+        super(message, options);
+        this.name = new.target.name;
+    }
+}
+/**
+ * The server answered an `application/problem+json` error. Branch on `code`
+ * (stable, listed in the server's troubleshooting guide) or `class`; `detail`
+ * is for people and may change.
+ */
+export class ProblemError extends SettledError {
+    status;
+    code;
+    class;
+    detail;
+    body;
+    constructor(status, code, cls, detail, body) {
+        super(`${status} ${code}: ${detail}`);
+        this.status = status;
+        this.code = code;
+        this.class = cls;
+        this.detail = detail;
+        this.body = body;
+    }
+    /** A 503 (or other backend problem): worth trying again later. */
+    get retryable() {
+        return this.class === "backend" || this.status === 503;
+    }
+    /** A 409 on a request that carried a claim: the lease is no longer ours. */
+    get leaseLost() {
+        return this.status === 409;
+    }
+}
+/** No answer: the connection failed or timed out (the request may or may not have been done). */
+export class ConnectionFailed extends SettledError {
+}
+/** The worker stopped on an error retrying cannot fix (bad token, refused parameter). */
+export class WorkerStopped extends SettledError {
+    problem;
+    constructor(message, problem) {
+        super(message, { cause: problem });
+        this.problem = problem;
+    }
+}
+/** Throw from a handler: the settlement failed and may pass later (`code` `rpc` or `backend`). */
+export class Retryable extends Error {
+    code;
+    detail;
+    retryAfterMs;
+    constructor(code = "rpc", detail, retryAfterMs) {
+        super(detail ?? code);
+        this.code = code;
+        this.detail = detail;
+        this.retryAfterMs = retryAfterMs;
+        this.name = "Retryable";
+    }
+}
+/** Throw from a handler: the settlement failed for good; the receipt is dead-lettered. */
+export class Permanent extends Error {
+    code;
+    detail;
+    constructor(code, detail) {
+        super(detail ?? code);
+        this.code = code;
+        this.detail = detail;
+        this.name = "Permanent";
+    }
+}
+/** Throw from a handler: no settlement is needed (`zero_charge`, `denied`, `no_economic_intent`). */
+export class Skip extends Error {
+    reason;
+    constructor(reason) {
+        super(reason);
+        this.reason = reason;
+        this.name = "Skip";
+    }
+}
