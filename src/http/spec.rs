@@ -317,6 +317,10 @@ fn request_example(operation_id: &str) -> Option<Value> {
         "v1.receipts.lease.extend" => {
             json!({"claim": claim_example("r-1", 1250), "extend_ms": 30_000})
         }
+        "v1.leases.extend" => json!({"leases": [
+            {"claim": claim_example("r-1", 1250), "extend_ms": 30_000},
+            {"claim": claim_example("r-2", 990), "extend_ms": 30_000},
+        ]}),
         "v1.receipts.lease.release" => json!({"claim": claim_example("r-1", 1250)}),
         "v1.dead_letters.redrive" | "v1.receipts.unhold" => json!({}),
         "v1.receipts.hold" => json!({"reason": "merchant dispute #81"}),
@@ -334,7 +338,9 @@ mod tests {
     use super::*;
     use crate::http::actions::{BulkIn, ReasonIn};
     use crate::http::claims::{ClaimOneIn, ClaimsIn};
-    use crate::http::outcomes::{LeaseExtendIn, LeaseReleaseIn, OutcomeBatchIn};
+    use crate::http::outcomes::{
+        LeaseExtendBatchIn, LeaseExtendIn, LeaseReleaseIn, OutcomeBatchIn,
+    };
     use crate::http::receipts::ReceiptBatchIn;
     use crate::http::wire::{self, OutcomeRequest, ReceiptIn};
 
@@ -364,6 +370,10 @@ mod tests {
         }
         let extend = parse::<LeaseExtendIn>("v1.receipts.lease.extend");
         wire::parse_claim(extend.claim, Some("r-1")).unwrap();
+        for item in parse::<LeaseExtendBatchIn>("v1.leases.extend").leases {
+            let extend = wire::parse_item::<LeaseExtendIn>(&item).unwrap();
+            wire::parse_claim(extend.claim, None).unwrap();
+        }
         let release = parse::<LeaseReleaseIn>("v1.receipts.lease.release");
         wire::parse_claim(release.claim, Some("r-1")).unwrap();
         parse::<ReasonIn>("v1.receipts.hold");

@@ -2171,6 +2171,46 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "leases": [
+                 *         {
+                 *           "claim": {
+                 *             "attempts": 0,
+                 *             "finalized_at": 1764460800,
+                 *             "group": "rail:ach",
+                 *             "lease_owner": "worker-a",
+                 *             "lease_token": "3f9c2a7e5b1d4c8a9e0f6b2d7a1c5e3b",
+                 *             "lease_until_ms": 1764460830000,
+                 *             "observation": {
+                 *               "amount_cents": 1250,
+                 *               "currency": "EUR"
+                 *             },
+                 *             "receipt_id": "r-1",
+                 *             "row_version": 1
+                 *           },
+                 *           "extend_ms": 30000
+                 *         },
+                 *         {
+                 *           "claim": {
+                 *             "attempts": 0,
+                 *             "finalized_at": 1764460800,
+                 *             "group": "rail:ach",
+                 *             "lease_owner": "worker-a",
+                 *             "lease_token": "3f9c2a7e5b1d4c8a9e0f6b2d7a1c5e3b",
+                 *             "lease_until_ms": 1764460830000,
+                 *             "observation": {
+                 *               "amount_cents": 990,
+                 *               "currency": "EUR"
+                 *             },
+                 *             "receipt_id": "r-2",
+                 *             "row_version": 1
+                 *           },
+                 *           "extend_ms": 30000
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["LeaseExtendBatchIn"];
             };
         };

@@ -459,12 +459,15 @@ export class Worker {
                     await this.client.release(lease.job.claim);
                 }
                 catch (e) {
-                    if (!(e instanceof ProblemError) || (e.status !== 409 && e.retryable)) {
+                    if (!(e instanceof ProblemError) || e.retryable) {
                         failure = e;
                         return;
                     }
+                    // 409: the lease had ended already; nothing to give back.
                     if (e.status !== 409)
                         this.countError(e.code);
+                    this.done(lease);
+                    return;
                 }
                 this.stats.released++;
                 this.emit("released", lease.job);

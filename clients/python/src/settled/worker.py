@@ -93,6 +93,10 @@ class WorkerStats:
         return out
 
 
+def _without_none(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def default_error_outcome(error: BaseException, job: Job) -> s.OutcomeIn:
     """An unexpected exception is a retryable `rpc` failure; its type and message
     go into `detail`, of which the server stores only the SHA-256."""
@@ -371,17 +375,12 @@ class Worker:
                 # Cancelled by the shutdown deadline: give the lease back.
                 lease.state = "releasing"
         except Retryable as e:
-            outcome = cast(s.OutcomeIn, {"kind": "retryable", "code": e.code})
-            if e.detail is not None:
-                outcome["detail"] = e.detail  # type: ignore[typeddict-unknown-key]
-            if e.retry_after_ms is not None:
-                outcome["retry_after_ms"] = e.retry_after_ms  # type: ignore[typeddict-unknown-key]
+            outcome = cast(s.OutcomeIn, _without_none(kind="retryable", code=e.code, detail=e.detail,
+                                                    retry_after_ms=e.retry_after_ms))
         except Permanent as e:
-            outcome = cast(s.OutcomeIn, {"kind": "permanent", "code": e.code})
-            if e.detail is not None:
-                outcome["detail"] = e.detail  # type: ignore[typeddict-unknown-key]
+            outcome = cast(s.OutcomeIn, _without_none(kind="permanent", code=e.code, detail=e.detail))
         except Skip as e:
-            outcome = {"kind": "skipped", "reason": cast(Any, e.reason)}
+            outcome = cast(s.OutcomeIn, {"kind": "skipped", "reason": e.reason})
         except Exception as e:
             outcome = self.on_error(e, job)
             self.log.warning("settled worker: handler raised on %s: %r", job.receipt_id, e)
@@ -541,10 +540,13 @@ class Worker:
                 try:
                     await self.client.release(lease.job.claim)
                 except ProblemError as e:
-                    if e.status != 409 and e.retryable:
+                    if e.retryable:
                         raise
+                    # 409: the lease had ended already; nothing to give back.
                     if e.status != 409:
                         self.stats.errors[e.code] += 1
+                    self._done(lease)
+                    return
                 self.stats.released += 1
                 self._emit("released", lease.job)
                 self._done(lease)
