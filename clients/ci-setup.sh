@@ -2,7 +2,8 @@
 # Installs what the SDK tests (tests/sdk/driver.rs) need, only where it is missing or out of
 # date, the way a user installs the SDKs:
 # - clients/python/.venv: `pip install ./clients/python` (reinstalled when the SDK's files
-#   change), with mypy and PyYAML for the type check and the generator;
+#   change), with mypy and PyYAML for the type check and the generator, and httpx for the
+#   scenario driver and the bench (tests/sdk/scenarios.py, bench/sdk/run.py);
 # - clients/typescript/node_modules: typescript, openapi-typescript and @types/node, from the
 #   committed package-lock.json (the built files in dist/ are committed: no build on install);
 # - examples/node/node_modules: a plain `npm install`, which links the SDK's folder.
@@ -17,12 +18,12 @@ command -v python3 >/dev/null || { echo "sdk: python3 (>= 3.10, with venv) is re
 digest() { (cd "$1" && find . \( -name .venv -o -name node_modules -o -name .mypy_cache -o -name __pycache__ \) -prune -o -type f -print \
   | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1; }
 
-want=$(digest clients/python)
+want=$(digest clients/python)-$(sha256sum clients/ci-setup.sh | cut -c1-16)
 venv=clients/python/.venv
 if [ "$(cat $venv/.installed-from 2>/dev/null || true)" != "$want" ]; then
   echo "sdk: pip install ./clients/python (and mypy, PyYAML) into $venv"
   [ -x $venv/bin/python ] || python3 -m venv $venv
-  $venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./clients/python "mypy==2.4.1" "PyYAML==6.0.4"
+  $venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./clients/python "mypy==2.4.1" "PyYAML==6.0.4" "httpx==0.28.1"
   echo "$want" >$venv/.installed-from
 fi
 

@@ -302,6 +302,9 @@ export class Worker {
         if (held >= this.o.concurrency || reporting >= 4 * this.o.concurrency) {
           await new Promise<void>((resolve) => (this.slotWaiter = resolve));
           this.slotWaiter = undefined;
+          // Jobs finishing together free their slots one by one: gather them into one
+          // claim instead of a claim per slot.
+          if (!stopped.aborted) await new Promise((resolve) => setImmediate(resolve));
           continue;
         }
         // Not clamped: a refused batch size stops the worker naming it (422 claim_batch).

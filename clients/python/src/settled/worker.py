@@ -44,6 +44,9 @@ Handler = Callable[["Job"], Union[Awaitable[Any], Any]]
 ErrorPolicy = Callable[[BaseException, "Job"], s.OutcomeIn]
 
 MAX_ITEMS = 1024
+#: How long a claim waits, once a slot is free, for more slots to free up (0: only
+#: for the jobs already done, which a turn of the event loop reports).
+GATHER_SLOTS = 0.0
 
 
 class Job:
@@ -197,12 +200,21 @@ class Worker:
             self.log.warning("settled worker %s: second stop, stopping at once", self.worker_id)
             self._aborting.set()
         self._stopping.set()
+        if self._slots is not None:
+            self._slots.set()  # a claim loop waiting for a free slot sees the stop
         self._poke()
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until stopped (SIGTERM / SIGINT when `install_signal_handlers`):
         the blocking entry point. Raises `WorkerStopped` on a fatal error."""
-        asyncio.run(self.run_async(install_signal_handlers=install_signal_handlers))
+        asyncio.run(self._run_then_close(install_signal_handlers))
+
+    async def _run_then_close(self, install_signal_handlers: bool) -> None:
+        try:
+            await self.run_async(install_signal_handlers=install_signal_handlers)
+        finally:
+            # The client's connections belong to this event loop, which ends here.
+            await self.client.aclose()
 
     async def run_async(self, *, install_signal_handlers: bool = False) -> None:
         """Run until `stop()` (or a signal, when installed). Raises
@@ -286,6 +298,10 @@ class Worker:
                 if held >= self.concurrency or reporting >= 4 * self.concurrency:
                     self._slots.clear()
                     await self._either(self._slots.wait(), timeout=None)
+                    if not self._stopping.is_set():
+                        # Jobs finishing together free their slots one by one: gather
+                        # them into one claim instead of a claim per slot.
+                        await asyncio.sleep(GATHER_SLOTS)
                     continue
                 # Not clamped: a refused batch size stops the worker naming it (422 claim_batch).
                 limit = self.batch_size or (self.concurrency - held)

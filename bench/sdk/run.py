@@ -1,0 +1,126 @@
+"""SDK workers against settled-bench's own HTTP workers, in the same run.
+
+    target/release/settled-bench and target/release/settled built (cargo build --release),
+    bash clients/ci-setup.sh run, then:
+    clients/python/.venv/bin/python bench/sdk/run.py [--backend sqlite|postgres]
+        [--receipts 50000] [--rounds 3] [--concurrency 8] [--processes 1]
+
+Each round, in alternating order, on a fresh database each: settled-bench --spawn with its
+HTTP workers (8 workers, claim batch 1 and claim batch 8, outcome mix all accepted), and the
+SDK workers of each language (no-op handler) at --concurrency and 8 x --concurrency (as many
+receipts in flight as the bench's two shapes) on a server started here with the receipts
+enqueued first. An SDK run's time is from starting the worker processes to /v1/status
+counting every receipt settled (process start-up included). Prints each figure and the
+medians, as receipts settled per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = ROOT / "target" / "release"
+
+
+def bench_http(backend: str, receipts: int, batch: int, pg: str) -> float:
+    out = subprocess.run(
+        [str(RELEASE / "settled-bench"), "--spawn", backend, "--postgres-url", pg, "--receipts", str(receipts),
+         "--workers", "8", "--batch", str(batch), "--mix", "accepted=100", "--no-inprocess", "--json"],
+        capture_output=True, text=True, check=True,
+    )
+    return float(json.loads(out.stdout)["settled_per_sec"])
+
+
+def database(backend: str, tmp: Path, pg: str) -> tuple[str, str | None]:
+    if backend == "sqlite":
+        return f"sqlite:{tmp / (uuid.uuid4().hex + '.db')}", None
+    name = f"settled_bench_sdk_{uuid.uuid4().hex[:8]}"
+    subprocess.run(["psql", pg, "-qc", f"CREATE DATABASE {name}"], check=True)
+    return urllib.parse.urlunsplit(urllib.parse.urlsplit(pg)._replace(path="/" + name)), name
+
+
+def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int, pg: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        url, dbname = database(backend, Path(tmp), pg)
+        server = subprocess.Popen(
+            [str(RELEASE / "settled"), "--listen", "127.0.0.1:0", "--database-url", url, "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("SETTLED_")},
+                 "RUST_LOG": "warn,settled::server=info"},
+        )
+        assert server.stdout is not None
+        base = None
+        for line in server.stdout:
+            address = json.loads(line).get("fields", {}).get("address")
+            if address:
+                base = f"http://{address}"
+                break
+        assert base
+        http = httpx.Client(base_url=base, timeout=60)
+        for start in range(0, receipts, 1024):
+            body = {"receipts": [{"receipt_id": f"b-{i}", "finalized_at": 1, "observation": {"amount_cents": 1}}
+                                 for i in range(start, min(receipts, start + 1024))]}
+            assert http.post("/v1/receipts/batch", json=body).status_code == 200
+        program = ([sys.executable, str(ROOT / "bench/sdk/noop_worker.py")] if lang == "python"
+                   else ["node", str(ROOT / "bench/sdk/noop_worker.mjs")])
+        started = time.monotonic()
+        workers = [subprocess.Popen([*program, base, f"{lang}-{i}", str(concurrency), "0"],
+                                    stdout=subprocess.DEVNULL) for i in range(processes)]
+        while http.get("/v1/status").json()["counts"]["settled"] < receipts:
+            time.sleep(0.02)
+        took = time.monotonic() - started
+        for w in workers:
+            assert w.wait(60) == 0
+        server.terminate()
+        server.wait()
+        http.close()
+        if dbname:
+            subprocess.run(["psql", pg, "-qc", f"DROP DATABASE {dbname} WITH (FORCE)"], check=True)
+        return receipts / took
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
+    p.add_argument("--receipts", type=int, default=50_000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--postgres-url", default=os.environ.get(
+        "SETTLED_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    a = p.parse_args()
+    runs = {
+        "settled-bench 8 workers x batch 1": lambda: bench_http(a.backend, a.receipts, 1, a.postgres_url),
+        "settled-bench 8 workers x batch 8": lambda: bench_http(a.backend, a.receipts, 8, a.postgres_url),
+    }
+    # The SDK at the bench's two shapes: as many receipts in flight as 8 x 1, and as 8 x 8.
+    for concurrency in (a.concurrency, 8 * a.concurrency):
+        for lang, label in (("python", "python"), ("node", "typescript")):
+            runs[f"{label} SDK {a.processes} x concurrency {concurrency}"] = (
+                lambda lang=lang, c=concurrency: sdk(lang, a.backend, a.receipts, c, a.processes, a.postgres_url)
+            )
+    figures: dict[str, list[float]] = {name: [] for name in runs}
+    for round_ in range(a.rounds):
+        order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
+        for name in order:
+            figures[name].append(runs[name]())
+            print(f"round {round_ + 1}: {name}: {figures[name][-1]:.0f} receipts/s", flush=True)
+    print(f"\n{a.backend}, {a.receipts} receipts, medians of {a.rounds}:")
+    for name, values in figures.items():
+        print(f"  {name}: {statistics.median(values):.0f} receipts/s  ({', '.join(f'{v:.0f}' for v in values)})")
+
+
+if __name__ == "__main__":
+    main()
