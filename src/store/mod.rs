@@ -274,10 +274,10 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
     }
 
     /// Extend many leases, each judged on its own (see
-    /// [`SettlementOutcomeStore::extend_lease`]). They are sent to the
-    /// writer together, and both backends' writers merge extensions waiting
-    /// side by side into one commit, so a batch costs one commit, not one
-    /// per lease.
+    /// [`SettlementOutcomeStore::extend_lease`]). They are queued together,
+    /// so each backend's write coalescing merges them into few commits
+    /// (SQLite: groups of up to 512 requests; PostgreSQL: an idle writer task
+    /// takes one alone, the rest queue and merge), not one per lease.
     pub async fn extend_leases(
         &self,
         items: &[(Claim, LeaseMs)],

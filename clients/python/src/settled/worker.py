@@ -195,7 +195,6 @@ class Worker:
 
     def _request_stop(self) -> None:
         assert self._stopping is not None and self._aborting is not None
-        self._stop_requests += 1
         if self._stopping.is_set():
             self.log.warning("settled worker %s: second stop, stopping at once", self.worker_id)
             self._aborting.set()
@@ -282,7 +281,7 @@ class Worker:
 
     @staticmethod
     def _fatal_answer(error: ProblemError) -> bool:
-        return error.status in (401, 403, 422) or error.status == 400
+        return error.status in (400, 401, 403, 422)
 
     # Claims.
 
@@ -526,7 +525,7 @@ class Worker:
     def _item_error(self, lease: _Lease, error: s.Problem, what: str) -> None:
         if error["status"] == 409:
             self._lose(lease, error["code"])
-        elif error["class"] == "backend" or error["status"] >= 500 and error["code"] != "invalid_record":
+        elif error["class"] == "backend":
             self.stats.errors[error["code"]] += 1
             lease.retry_at = time.monotonic() + Backoff(0.05, 1.0).next()
         else:
@@ -569,8 +568,6 @@ class Worker:
 
         results = await asyncio.gather(*(release(lease) for lease in releasing), return_exceptions=True)
         for result in results:
-            if isinstance(result, (ProblemError, ConnectionFailed)):
-                raise result
             if isinstance(result, BaseException):
                 raise result
 
