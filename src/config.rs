@@ -125,6 +125,18 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLED_MAX_CONNECTIONS", default_value_t = crate::server::MAX_CONNECTIONS,
         value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     pub max_connections: usize,
+    /// Most history event streams (`GET /v1/history` as `text/event-stream`) open at once,
+    /// 0..=100000 and below --max-connections (0: streams refused; readers page instead).
+    /// Default: 64, or a quarter of --max-connections when that is less. A stream past it is
+    /// answered 429 `too_many_streams` with Retry-After.
+    #[arg(long, env = "SETTLED_MAX_STREAMS",
+        value_parser = clap::value_parser!(u32).range(0..=100_000).map(|n| n as usize))]
+    pub max_streams: Option<usize>,
+    /// Most history event streams one token may hold open (1..=100000; without tokens every
+    /// caller is one caller).
+    #[arg(long, env = "SETTLED_MAX_STREAMS_PER_CALLER", default_value_t = crate::http::streams::MAX_STREAMS_PER_CALLER,
+        value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as usize))]
+    pub max_streams_per_caller: usize,
     /// Without tokens, a host name (besides localhost and loopback addresses) that requests
     /// may name in `Host`, e.g. `settled.internal`; repeatable.
     #[arg(
@@ -200,6 +212,26 @@ impl ServeArgs {
             max_connections: self.max_connections,
             ..crate::server::Limits::default()
         }
+    }
+
+    /// The caps on event streams; refused when they would leave no room for
+    /// ordinary requests.
+    pub fn stream_limits(&self) -> Result<crate::http::StreamLimits, String> {
+        let total = match self.max_streams {
+            Some(n) if n >= self.max_connections => {
+                return Err(format!(
+                    "--max-streams ({n}) must be below --max-connections ({}), so that workers, \
+                     producers and health checks always find a connection",
+                    self.max_connections
+                ));
+            }
+            Some(n) => n,
+            None => crate::http::streams::MAX_STREAMS.min(self.max_connections / 4),
+        };
+        Ok(crate::http::StreamLimits {
+            total,
+            per_caller: self.max_streams_per_caller,
+        })
     }
 
     /// PostgreSQL pool settings and schema.

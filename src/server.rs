@@ -36,6 +36,8 @@ pub enum StartError {
          SETTLED_TOKENS=ROLE:TOKEN,ROLE:TOKEN (roles: producer, worker, reader, operator)"
     )]
     AnonymousNonLoopback(std::net::SocketAddr),
+    #[error("{0}")]
+    Limits(String),
     #[error("invalid --allowed-host: {0}")]
     AllowedHost(String),
     #[error("invalid token: {0}")]
@@ -75,6 +77,7 @@ pub async fn run(
         return Err(StartError::AnonymousNonLoopback(args.listen));
     }
     let hosts = AllowedHosts::loopback_and(&args.allowed_hosts).map_err(StartError::AllowedHost)?;
+    let streams = args.stream_limits().map_err(StartError::Limits)?;
     // Bind before the database is created or migrated: a port in use must
     // not leave a new database behind.
     let listener = TcpListener::bind(args.listen)
@@ -106,7 +109,8 @@ pub async fn run(
     }
     let state = AppState::new(store, policy, Arc::new(SystemClock), rx)
         .with_tokens(tokens)
-        .with_allowed_hosts(hosts);
+        .with_allowed_hosts(hosts)
+        .with_stream_limits(streams);
     let stop = async move {
         stop.await;
         tracing::info!("shutting down: finishing requests in flight");
@@ -122,6 +126,12 @@ pub async fn run(
 /// in flight is answered; a client that never finishes sending its request
 /// head cannot keep the process alive forever.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(REQUEST_TIMEOUT.as_secs() + 5);
+
+/// Most requests (streams) open at once on one HTTP/2 connection.
+pub const H2_MAX_STREAMS: u32 = 64;
+/// How often an HTTP/2 connection is pinged, and how long the answer may take.
+const H2_PING_EVERY: Duration = Duration::from_secs(20);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default of `--idle-timeout`.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -204,6 +214,14 @@ pub async fn serve_with(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    // One HTTP/2 connection may not hold more requests open than this; a
+    // peer that stops answering pings is dropped with all of its streams.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .keep_alive_interval(Some(H2_PING_EVERY))
+        .keep_alive_timeout(H2_PING_TIMEOUT);
     let stats = state.clone();
     let server = Arc::new(Shared {
         router: app(state),

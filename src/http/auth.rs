@@ -152,13 +152,33 @@ impl Access {
 }
 
 /// Who sent a request: the role of the token presented and the name it was
-/// configured with (`ROLE:NAME:TOKEN`), if any. Put in the request's and the
-/// response's extensions by [`require_token`], so that handlers can record
-/// the name in history and the request log can print it. Never the token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// configured with (`ROLE:NAME:TOKEN`), if any. Put in the request's
+/// extensions by [`require_token`], so that handlers can record the name in
+/// history, and told to the request log. Never the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Caller {
     pub role: Role,
     pub name: Option<Arc<str>>,
+    /// Which token: the first bytes of its digest, to count what each
+    /// token holds open (src/http/streams.rs). Never logged.
+    token: [u8; 8],
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("role", &self.role)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Caller {
+    /// Tells the caller's token apart from every other configured token.
+    #[must_use]
+    pub fn key(&self) -> [u8; 8] {
+        self.token
+    }
 }
 
 /// A `ROLE:TOKEN` or `ROLE:NAME:TOKEN` that cannot be used.
@@ -228,9 +248,12 @@ impl Tokens {
                 return Err(TokenError::Weak);
             }
             let digest = digest(token);
+            let mut token = [0; 8];
+            token.copy_from_slice(&digest[..8]);
             let caller = Caller {
                 role,
                 name: name.map(Arc::from),
+                token,
             };
             // One token with two roles or names would make the caller ambiguous.
             if tokens.iter().any(|(k, c)| *k == digest && *c != caller) {
@@ -326,8 +349,13 @@ pub async fn require_token(
         .access
         .allows(caller.role, request.method(), path)
         .unwrap_or(true);
-    let mut response = if allowed {
-        request.extensions_mut().insert(caller.clone());
+    // For the request log (observe), which runs outside this layer: told
+    // now, so that a request the time limit cuts off still names its caller.
+    if let Some(seen) = request.extensions().get::<super::observe::SeenCaller>() {
+        seen.tell(&caller);
+    }
+    if allowed {
+        request.extensions_mut().insert(caller);
         next.run(request).await
     } else {
         ApiError::auth(
@@ -336,10 +364,7 @@ pub async fn require_token(
             "this token's role may not do that",
         )
         .into_response()
-    };
-    // For the request log (observe), which runs outside this layer.
-    response.extensions_mut().insert(caller);
-    response
+    }
 }
 
 #[cfg(test)]

@@ -84,14 +84,17 @@ pub enum ProblemCode {
     SelectionTooLarge,
     InvalidReason,
     HistoryCursorExpired,
+    TooManyStreams,
     InvalidRecord,
     BackendUnavailable,
 }
 
 /// The kind of error: `validation` (fix the request), `conflict` (the
 /// receipt's state or lease does not allow it), `not_found`, `auth` (the
-/// token, or where the request came from), `invalid_record` (a stored value
-/// is corrupt; nothing changed) or `backend` (retry later).
+/// token, or where the request came from), `capacity` (a limit of the
+/// server's, such as open streams, is reached: retry after `Retry-After`),
+/// `invalid_record` (a stored value is corrupt; nothing changed) or
+/// `backend` (retry later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemClass {
@@ -101,6 +104,7 @@ pub enum ProblemClass {
     Backend,
     NotFound,
     Auth,
+    Capacity,
 }
 
 /// An error answered as problem+json.
@@ -111,6 +115,8 @@ pub struct ApiError {
     class: ProblemClass,
     detail: String,
     internal: Option<Internal>,
+    /// Seconds a client should wait before trying again (`Retry-After`).
+    retry_after_s: Option<u64>,
 }
 
 /// What a 5xx answer hides from the client and the log must show.
@@ -135,6 +141,7 @@ impl ApiError {
             class,
             detail: detail.into(),
             internal: None,
+            retry_after_s: None,
         }
     }
 
@@ -177,6 +184,18 @@ impl ApiError {
             "the database is unavailable; retry later",
         );
         error.internal = Some(Internal::Backend(internal.to_owned()));
+        error
+    }
+
+    /// 429 with class `capacity` and a `Retry-After`: a server limit is reached.
+    pub fn at_capacity(code: ProblemCode, detail: impl Into<String>, retry_after_s: u64) -> Self {
+        let mut error = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            code,
+            ProblemClass::Capacity,
+            detail,
+        );
+        error.retry_after_s = Some(retry_after_s);
         error
     }
 
@@ -332,6 +351,11 @@ impl IntoResponse for ApiError {
             .into_response();
         if let Some(internal) = self.internal {
             response.extensions_mut().insert(internal);
+        }
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
         }
         response
     }

@@ -3,11 +3,12 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::header;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 
 /// A JSON body; unknown fields, wrong types and oversized bodies are refused.
 pub struct ApiJson<T>(pub T);
@@ -46,7 +47,29 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct ApiPath<T>(pub T);
 
-/// Query parameters.
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
+/// Query parameters. Their text must be UTF-8 once percent-decoded: the
+/// form decoder under `axum::extract::Query` would read `%FF` as U+FFFD and
+/// answer for a value the client never sent.
 pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if let Some(query) = parts.uri.query() {
+            // A UTF-8 sequence never holds `&`, `=` or `+`, so the whole
+            // query decodes as UTF-8 exactly when each name and value does.
+            if percent_encoding::percent_decode_str(query)
+                .decode_utf8()
+                .is_err()
+            {
+                return Err(ApiError::validation(
+                    ProblemCode::InvalidQuery,
+                    "query parameters must be UTF-8 text once percent-decoded",
+                ));
+            }
+        }
+        let Query(value) = Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}

@@ -28,9 +28,11 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
 use super::metrics::SharedMetrics;
+use super::streams::{RETRY_AFTER_S, Refused, Slot};
 use crate::domain::StoreError;
 use crate::store::{FeedEntry, FeedPosition, FeedRead, FeedStart, StoreResult};
 
@@ -155,6 +157,11 @@ fn stream_start(headers: &HeaderMap, after: Option<&str>) -> Result<FeedStart, A
 ///
 /// Retention (`--retain-finished`) deletes finished receipts with their history: a
 /// cursor behind an entry it deleted gets 410 `history_cursor_expired`.
+///
+/// Streams are capped (`--max-streams` in all, `--max-streams-per-caller` per
+/// token; without tokens every caller is one): a stream past a cap is
+/// answered 429 `too_many_streams` with `Retry-After` at once, and JSON
+/// pages are answered as usual meanwhile.
 #[utoipa::path(get, path = "/v1/history", security(("bearer" = ["reader", "operator"])), operation_id = "v1.history.list", tag = "history",
     params(
         FeedQuery,
@@ -168,10 +175,14 @@ fn stream_start(headers: &HeaderMap, after: Option<&str>) -> Result<FeedStart, A
             )),
         (status = 410, description = "Retention deleted entries after this cursor before they were read (`history_cursor_expired`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad limit or cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "A stream past `--max-streams` or `--max-streams-per-caller` (`too_many_streams`, class `capacity`); JSON pages are still answered",
+            headers(("Retry-After" = u64, description = "Seconds to wait before asking for a stream again")),
+            body = Problem, content_type = "application/problem+json"),
     ))]
 async fn history(
     State(app): State<AppState>,
     keep_busy: Option<Extension<KeepBusy>>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<FeedQuery>,
 ) -> Result<Response, ApiError> {
@@ -184,7 +195,8 @@ async fn history(
     }
     if wants_stream(&headers) {
         let start = stream_start(&headers, query.after.as_deref())?;
-        return stream(app, start, keep_busy.map(|Extension(k)| k)).await;
+        let slot = admit(&app, caller.as_ref().map(|Extension(c)| c))?;
+        return stream(app, start, slot, keep_busy.map(|Extension(k)| k)).await;
     }
     let start = parse_start(query.after.as_deref())?;
     let (entries, next) = page(app.checked(detached(&app, start, limit).await)?)?;
@@ -212,9 +224,29 @@ async fn detached(app: &AppState, start: FeedStart, limit: usize) -> StoreResult
         })
 }
 
-/// Counts an open stream, and keeps its connection busy, while it lives.
+/// A place for one more stream under the caps, or the 429 that refuses it.
+fn admit(app: &AppState, caller: Option<&Caller>) -> Result<Slot, ApiError> {
+    app.streams.admit(caller).map_err(|refused| {
+        app.metrics.history_stream_refused();
+        let detail = match refused {
+            Refused::Total(n) => format!(
+                "this server has {n} event streams open, its limit (--max-streams); read the \
+                 feed as JSON pages meanwhile, or try the stream again later"
+            ),
+            Refused::PerCaller(n) => format!(
+                "this token has {n} event streams open, its limit (--max-streams-per-caller); \
+                 close one, or read the feed as JSON pages"
+            ),
+        };
+        ApiError::at_capacity(ProblemCode::TooManyStreams, detail, RETRY_AFTER_S)
+    })
+}
+
+/// Counts an open stream, holds its place under the caps, and keeps its
+/// connection busy, while it lives.
 struct Open {
     metrics: SharedMetrics,
+    _slot: Slot,
     _busy: Option<Box<dyn Send + Sync>>,
 }
 
@@ -237,12 +269,14 @@ struct Follow {
 async fn stream(
     app: AppState,
     start: FeedStart,
+    slot: Slot,
     keep_busy: Option<KeepBusy>,
 ) -> Result<Response, ApiError> {
     let (entries, position) = page(app.checked(detached(&app, start, STREAM_BATCH).await)?)?;
     app.metrics.history_stream_opened();
     let open = Open {
         metrics: app.metrics.clone(),
+        _slot: slot,
         _busy: keep_busy.map(|k| k.0.hold()),
     };
     let follow = Follow {

@@ -67,6 +67,7 @@ pub struct Metrics {
     oldest_due: Gauge<f64, AtomicU64>,
     dead_letters: Gauge,
     history_streams: Gauge,
+    history_streams_refused: Counter,
     history_events: Counter,
     group_leased: Family<GroupLabels, Gauge>,
     group_oldest_due: Family<GroupLabels, Gauge<f64, AtomicU64>>,
@@ -148,6 +149,12 @@ impl Default for Metrics {
             "History feed streams (GET /v1/history as text/event-stream) open now",
             history_streams.clone(),
         );
+        let history_streams_refused = Counter::default();
+        registry.register(
+            "history_streams_refused",
+            "History feed streams refused at a stream cap (--max-streams, --max-streams-per-caller)",
+            history_streams_refused.clone(),
+        );
         let history_events = Counter::default();
         registry.register(
             "history_stream_events",
@@ -191,6 +198,7 @@ impl Default for Metrics {
             oldest_due,
             dead_letters,
             history_streams,
+            history_streams_refused,
             history_events,
         }
     }
@@ -252,6 +260,11 @@ impl Metrics {
     /// A history feed stream opened.
     pub fn history_stream_opened(&self) {
         self.history_streams.inc();
+    }
+
+    /// A history feed stream refused at a cap.
+    pub fn history_stream_refused(&self) {
+        self.history_streams_refused.inc();
     }
 
     /// A history feed stream ended.

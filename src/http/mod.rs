@@ -18,6 +18,7 @@ mod receipt_search;
 mod receipts;
 mod spec;
 pub mod stats;
+pub mod streams;
 mod strict_json;
 mod waiting;
 pub mod wire;
@@ -44,6 +45,7 @@ use crate::domain::RetryPolicy;
 use crate::store::SharedStore;
 use error::ApiError;
 pub use history_feed::{Hold, KeepBusy};
+pub use streams::StreamLimits;
 
 /// Longest time any request may take; above the longest long-poll wait.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,6 +68,7 @@ pub struct AppState {
     waits: Arc<waiting::Waits>,
     stats: Arc<stats::Recorder>,
     stats_every: Duration,
+    streams: Arc<streams::Streams>,
 }
 
 impl AppState {
@@ -90,7 +93,15 @@ impl AppState {
             waits: Arc::default(),
             stats: Arc::default(),
             stats_every: stats::FLUSH_EVERY,
+            streams: Arc::default(),
         }
+    }
+
+    /// Cap the event streams open at once (default [`StreamLimits::default`]).
+    #[must_use]
+    pub fn with_stream_limits(mut self, limits: StreamLimits) -> Self {
+        self.streams = Arc::new(streams::Streams::new(limits));
+        self
     }
 
     /// Add this server's rate counts to the database every `every`

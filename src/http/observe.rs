@@ -76,18 +76,33 @@ fn route_label(path: &str) -> &'static str {
 fn actor(caller: Option<Caller>) -> String {
     match caller {
         None => "-".to_owned(),
-        Some(Caller { role, name: None }) => role.as_str().to_owned(),
+        Some(Caller {
+            role, name: None, ..
+        }) => role.as_str().to_owned(),
         Some(Caller {
             role,
             name: Some(name),
+            ..
         }) => format!("{}:{name}", role.as_str()),
+    }
+}
+
+/// Where [`super::auth::require_token`] tells the request log who called:
+/// shared with the request rather than returned on the response, which a
+/// time limit may replace.
+#[derive(Clone, Default)]
+pub struct SeenCaller(std::sync::Arc<OnceLock<Caller>>);
+
+impl SeenCaller {
+    pub fn tell(&self, caller: &Caller) {
+        let _ = self.0.set(caller.clone());
     }
 }
 
 /// Wrap every request.
 pub async fn observe(
     State(metrics): State<SharedMetrics>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let id = incoming_id(&request).unwrap_or_else(new_id);
@@ -96,6 +111,8 @@ pub async fn observe(
     // grow the metrics without bound.
     let method = method_label(request.method());
     let route = route_label(request.uri().path());
+    let seen = SeenCaller::default();
+    request.extensions_mut().insert(seen.clone());
     let started = Instant::now();
     let mut response = next.run(request).await;
     let seconds = started.elapsed().as_secs_f64();
@@ -105,7 +122,7 @@ pub async fn observe(
     }
     metrics.request(method, route, status, seconds);
     let latency_ms = seconds * 1000.0;
-    let caller = actor(response.extensions_mut().remove::<Caller>());
+    let caller = actor(seen.0.get().cloned());
     match response.extensions_mut().remove::<Internal>() {
         None => {
             tracing::info!(request_id = %id, method, route, status, latency_ms, caller, "request");

@@ -19,6 +19,7 @@ mod outcomes;
 mod receipt_search;
 mod receipts;
 mod stats;
+mod stream_caps;
 
 // Attacks on the HTTP surface, the spec and the docs against the code.
 mod docs_config;

@@ -139,6 +139,10 @@ async fn bad_queries_are_refused_with_a_clear_422(fresh: Fresh) {
         ("finalized_from=-1", "invalid_query"),
         ("prefix=", "invalid_receipt_id"),
         ("prefix=%01", "invalid_receipt_id"),
+        // Not UTF-8 once decoded: refused, not read as U+FFFD.
+        ("prefix=%FF", "invalid_query"),
+        ("prefix=a%C3", "invalid_query"),
+        ("owner=%C3%28", "invalid_query"),
         ("owner=", "worker_id_length"),
         ("owner=w%01", "invalid_worker_id"),
         ("cursor=garbage", "invalid_cursor"),

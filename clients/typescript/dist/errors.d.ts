@@ -16,7 +16,7 @@ export declare class ProblemError extends SettledError {
     readonly detail: string;
     readonly body: unknown;
     constructor(status: number, code: string, cls: string, detail: string, body?: unknown);
-    /** A 503 (or other backend problem): worth trying again later. */
+    /** A 503 or 429 (a backend problem, or a server limit reached): worth trying again later. */
     get retryable(): boolean;
     /** A 409 on a request that carried a claim: the lease is no longer ours. */
     get leaseLost(): boolean;

@@ -224,6 +224,11 @@ export interface paths {
          *     Retention (`--retain-finished`) deletes finished receipts with their history: a
          *     cursor behind an entry it deleted gets 410 `history_cursor_expired`.
          *
+         *     Streams are capped (`--max-streams` in all, `--max-streams-per-caller` per
+         *     token; without tokens every caller is one): a stream past a cap is
+         *     answered 429 `too_many_streams` with `Retry-After` at once, and JSON
+         *     pages are answered as usual meanwhile.
+         *
          *     Token roles allowed: `reader`, `operator`.
          */
         get: operations["v1.history.list"];
@@ -1140,17 +1145,19 @@ export interface components {
         /**
          * @description The kind of error: `validation` (fix the request), `conflict` (the
          *     receipt's state or lease does not allow it), `not_found`, `auth` (the
-         *     token, or where the request came from), `invalid_record` (a stored value
-         *     is corrupt; nothing changed) or `backend` (retry later).
+         *     token, or where the request came from), `capacity` (a limit of the
+         *     server's, such as open streams, is reached: retry after `Retry-After`),
+         *     `invalid_record` (a stored value is corrupt; nothing changed) or
+         *     `backend` (retry later).
          * @enum {string}
          */
-        ProblemClass: "validation" | "conflict" | "invalid_record" | "backend" | "not_found" | "auth";
+        ProblemClass: "validation" | "conflict" | "invalid_record" | "backend" | "not_found" | "auth" | "capacity";
         /**
          * @description What went wrong, as a stable machine code: program against this. Each is
          *     explained, with what a client should do, in docs/troubleshooting.md.
          * @enum {string}
          */
-        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "invalid_reason" | "history_cursor_expired" | "invalid_record" | "backend_unavailable";
+        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
         /**
          * @description A token bucket: `per_second` claims per second on average, at most
          *     `burst` at once.
@@ -2130,6 +2137,17 @@ export interface operations {
             /** @description Bad limit or cursor */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A stream past `--max-streams` or `--max-streams-per-caller` (`too_many_streams`, class `capacity`); JSON pages are still answered */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before asking for a stream again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -29,9 +29,9 @@ export class ProblemError extends SettledError {
     this.body = body;
   }
 
-  /** A 503 (or other backend problem): worth trying again later. */
+  /** A 503 or 429 (a backend problem, or a server limit reached): worth trying again later. */
   get retryable(): boolean {
-    return this.class === "backend" || this.status === 503;
+    return this.class === "backend" || this.class === "capacity" || this.status === 503 || this.status === 429;
   }
 
   /** A 409 on a request that carried a claim: the lease is no longer ours. */

@@ -96,9 +96,8 @@ impl PostgresStore {
         )
         .bind(before)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        let deleted: i64 = self
-            .bounded(async { Ok(purge.fetch_one(&self.pool).await?) })
-            .await?;
+        // Bounded by the caller (`purge_finished`), like every store call.
+        let deleted: i64 = purge.fetch_one(&self.pool).await?;
         to_u64(deleted, "purged count")
     }
 }

@@ -464,7 +464,7 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
         let before = super::rows::to_i64(finished_before_ms, "finished_before_ms")?;
-        self.purge_with_horizon(before, limit).await
+        self.bounded(self.purge_with_horizon(before, limit)).await
     }
 
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {

@@ -248,6 +248,8 @@ fn in_savepoint<T>(
         // Fails only when the transaction is already gone, which the group
         // checks before it commits.
         let _ = run(format!("ROLLBACK TO {name}"));
+        // The writer's copy of the group table may hold what was just undone.
+        super::groups::forget_groups();
     }
     if !conn.is_autocommit()
         && let Err(e) = run(format!("RELEASE {name}"))
@@ -255,6 +257,7 @@ fn in_savepoint<T>(
         // A request answered with an error must leave nothing behind.
         let _ = run(format!("ROLLBACK TO {name}"));
         let _ = run(format!("RELEASE {name}"));
+        super::groups::forget_groups();
         return Err(e.into());
     }
     result
@@ -422,6 +425,7 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
     // Everything answered so far assumed the group's transaction; if SQLite
     // dropped it, none of it is kept and nobody may hear otherwise.
     if conn.is_autocommit() {
+        super::groups::forget_groups();
         let e = lost();
         for f in finish {
             f(Some(&e));
@@ -431,6 +435,9 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
     let committed = conn.execute_batch("COMMIT").map_err(StoreError::from);
     if committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
+        // A claim in the group may have read the group table after another
+        // spent from a bucket: that copy was never committed.
+        super::groups::forget_groups();
     }
     let failed = committed.as_ref().err();
     for f in finish {

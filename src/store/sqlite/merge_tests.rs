@@ -253,3 +253,93 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
         vec![crate::store::Enqueued::Created]
     );
 }
+
+/// A group commit that fails must leave nothing of itself behind, the
+/// writer's copy of the group table included: two claims in one group
+/// commit, the first spending the bucket's one token and the second
+/// reading the group after it; the commit is vetoed; a claim afterwards
+/// still finds the committed token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_group_commit_leaves_no_group_limits_behind() {
+    use crate::domain::{GroupLimits, GroupName, Rate};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let (_dir, store) = open().await;
+    let store = std::sync::Arc::new(store);
+    let group = GroupName::parse("limited").unwrap();
+    // One token, refilled so slowly that the test never sees it refill.
+    let limits = GroupLimits {
+        paused: false,
+        max_leased: None,
+        rate: Some(Rate {
+            per_second: 0.000_001,
+            burst: 1,
+        }),
+    };
+    store.set_group(&group, &limits, NOW).await.expect("limits");
+    let receipts: Vec<NewReceipt> = (0..2)
+        .map(|i| NewReceipt {
+            receipt_id: ReceiptId::parse(&format!("g-{i}")).unwrap(),
+            finalized_at: 1,
+            observation: None,
+            visible_at_ms: None,
+            group: group.clone(),
+        })
+        .collect();
+    store.enqueue(&receipts, NOW).await.expect("enqueue");
+
+    // The holder's own group commits (the hook's first call); the next one,
+    // the two claims', is vetoed.
+    let commits = std::sync::Arc::new(AtomicU32::new(0));
+    let counted = commits.clone();
+    let writer = store.writer.clone();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (running, started) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn(async move {
+        writer
+            .solo(move |conn| {
+                conn.commit_hook(Some(move || counted.fetch_add(1, Ordering::SeqCst) == 1))
+                    .expect("a commit hook");
+                let _ = running.send(());
+                let _ = wait.recv_timeout(Duration::from_secs(30));
+                Ok(())
+            })
+            .await
+            .expect("hold");
+    });
+    started.await.expect("the writer took the holder");
+    let claim = |store: std::sync::Arc<SqliteStore>| async move {
+        store
+            .claim_from(
+                &WorkerId::parse("w").unwrap(),
+                NOW,
+                LeaseMs::try_from(30_000).unwrap(),
+                ClaimLimit::try_from(1).unwrap(),
+                &[],
+            )
+            .await
+    };
+    let first = tokio::spawn(claim(store.clone()));
+    let second = tokio::spawn(claim(store.clone()));
+    Held { task: holder, go }.release(&store, 2).await;
+    for vetoed in [first, second] {
+        assert!(
+            vetoed.await.unwrap().is_err(),
+            "the vetoed group answers errors"
+        );
+    }
+    assert_eq!(
+        commits.load(Ordering::SeqCst),
+        2,
+        "the claims' group tried to commit"
+    );
+
+    let after = claim(store.clone())
+        .await
+        .expect("claim after the failed commit");
+    assert_eq!(
+        after.claims.len(),
+        1,
+        "the committed bucket still holds its token: {after:?}"
+    );
+}

@@ -26,8 +26,8 @@ class ProblemError(SettledError):
 
     @property
     def retryable(self) -> bool:
-        """A 503 (or other backend problem): worth trying again later."""
-        return self.problem_class == "backend" or self.status == 503
+        """A 503 or 429 (a backend problem, or a server limit reached): worth trying again later."""
+        return self.problem_class in ("backend", "capacity") or self.status in (429, 503)
 
     @property
     def lease_lost(self) -> bool:
