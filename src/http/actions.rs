@@ -28,6 +28,9 @@ pub const MAX_BULK_IDS: usize = 1000;
 /// Receipts per transaction of a bulk action: short transactions, so that
 /// claims and outcomes never wait long behind one.
 const CHUNK: usize = 100;
+/// A bulk action starts no chunk after this long, well within the request
+/// time limit: what it did is answered, never cut off.
+const BULK_BUDGET: std::time::Duration = std::time::Duration::from_secs(15);
 /// Receipt ids a dry run shows.
 const SAMPLE: usize = 20;
 /// Most receipts a filter may select for one bulk action.
@@ -262,6 +265,18 @@ pub struct BulkOut {
     /// A dry run only: up to 20 of the receipts that would change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample: Option<Vec<String>>,
+    /// Whether every receipt matched was judged. `false` when the action
+    /// stopped part-way (its 15 s time budget ran out, or the database
+    /// failed after some receipts were done): `results` holds the receipts
+    /// done, in order, and `remaining_receipt_ids` the others.
+    pub complete: bool,
+    /// When not complete: the receipts not reached, in order. Send them as
+    /// `receipt_ids` (up to 1000 at a time) to finish the action.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_receipt_ids: Option<Vec<String>>,
+    /// When not complete: why it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Problem>,
 }
 
 /// The operator actions a bulk request can take.
@@ -331,6 +346,7 @@ async fn bulk(
     ApiPath(action): ApiPath<String>,
     ApiJson(body): ApiJson<BulkIn>,
 ) -> Result<Json<BulkOut>, ApiError> {
+    let started = std::time::Instant::now();
     let kind = BulkAction::parse(&action)?;
     let action = kind.with(body.reason)?;
     let now = app.now();
@@ -363,19 +379,59 @@ async fn bulk(
         ));
     }
     let mut results: Vec<ActionResult> = Vec::with_capacity(ids.len());
+    let mut stopped = None;
     for chunk in ids.chunks(CHUNK) {
-        let acted = app
-            .store
-            .act(&action, chunk, actor(caller.as_ref()), now, body.dry_run)
-            .await?;
-        results.extend(acted);
+        if !results.is_empty() && started.elapsed() >= BULK_BUDGET {
+            stopped = Some(ApiError::at_capacity(
+                ProblemCode::BulkIncomplete,
+                format!(
+                    "the action stopped after {} of {} receipts, at its time limit of {} s; \
+                     send remaining_receipt_ids to finish it",
+                    results.len(),
+                    ids.len(),
+                    BULK_BUDGET.as_secs()
+                ),
+                0,
+            ));
+            break;
+        }
+        // Each chunk is stamped with the time it commits: its history
+        // entries, `held_at_ms` and `finished_at_ms` keep commit order with
+        // the rest of each receipt's history.
+        let now = app.now();
+        match app.checked(
+            app.store
+                .act(&action, chunk, actor(caller.as_ref()), now, body.dry_run)
+                .await,
+        ) {
+            Ok(acted) => results.extend(acted),
+            // Nothing done yet: the failure is the answer.
+            Err(error) if results.is_empty() => return Err(error),
+            // Part done: the answer says what, and why it stopped.
+            Err(error) => {
+                stopped = Some(error);
+                break;
+            }
+        }
     }
     if !body.dry_run {
         for result in &results {
             app.metrics.acted(action.name(), result);
         }
     }
-    Ok(Json(summarize(kind, body.dry_run, &ids, results)))
+    let mut out = summarize(kind, body.dry_run, &ids, results);
+    if let Some(stopped) = stopped {
+        tracing::warn!(action = action.name(), done = out.results.len(), of = ids.len(), reason = %stopped.problem().detail, "bulk action stopped part-way");
+        out.complete = false;
+        out.remaining_receipt_ids = Some(
+            ids[out.results.len()..]
+                .iter()
+                .map(|id| id.as_str().to_owned())
+                .collect(),
+        );
+        out.stopped = Some(stopped.problem());
+    }
+    Ok(Json(out))
 }
 
 /// The receipts named, parsed.
@@ -465,11 +521,14 @@ fn summarize(
     BulkOut {
         action,
         dry_run,
-        matched: items.len() as u64,
+        matched: ids.len() as u64,
         done: count(BulkItemStatus::Done),
         unchanged: count(BulkItemStatus::Unchanged),
         refused: count(BulkItemStatus::Refused),
         results: items,
         sample,
+        complete: true,
+        remaining_receipt_ids: None,
+        stopped: None,
     }
 }

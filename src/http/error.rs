@@ -82,6 +82,7 @@ pub enum ProblemCode {
     ReceiptFinished,
     CountMismatch,
     SelectionTooLarge,
+    BulkIncomplete,
     InvalidReason,
     HistoryCursorExpired,
     TooManyStreams,

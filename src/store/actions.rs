@@ -122,32 +122,74 @@ pub fn entry(
     }
 }
 
-/// The `UPDATE` that does `action` to one receipt, in SQLite's placeholders
-/// (PostgreSQL: `?` becomes `$`), guarded by the same conditions as
-/// [`judge`]: it changes nothing if the row moved since it was judged. It
-/// takes the parameters [`Binds`] lists, in that order.
+/// What `action` sets, and the condition under which it may (the same as
+/// [`judge`]'s): `?2` is now, `?3` the cancel reason.
+const fn change(action: &OperatorAction) -> (&'static str, &'static str) {
+    match action {
+        OperatorAction::Redrive => (
+            "status = 'active', attempts = 0, next_visible_at_ms = ?2, finished_at_ms = NULL, \
+             held_at_ms = NULL",
+            "status = 'dead_lettered'",
+        ),
+        OperatorAction::Hold { .. } => (
+            "held_at_ms = ?2",
+            "status = 'active' AND held_at_ms IS NULL",
+        ),
+        OperatorAction::Unhold => (
+            "held_at_ms = NULL",
+            "status = 'active' AND held_at_ms IS NOT NULL",
+        ),
+        OperatorAction::Cancel { .. } => (
+            "status = 'canceled', cancel_reason = ?3, next_visible_at_ms = NULL, \
+             lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, held_at_ms = NULL, \
+             finished_at_ms = ?2",
+            "(status = 'dead_lettered' OR (status = 'active' \
+             AND (lease_until_ms IS NULL OR lease_until_ms <= ?2)))",
+        ),
+    }
+}
+
+/// The `UPDATE` that does `action` to the receipt `?1`, in SQLite's
+/// placeholders, guarded by the same conditions as [`judge`]: it changes
+/// nothing if the row moved since it was judged. It takes the parameters
+/// [`Binds`] lists, in that order.
 #[must_use]
-pub const fn update_sql(action: &OperatorAction) -> &'static str {
+pub fn update_sql(action: &OperatorAction) -> String {
+    let (set, guard) = change(action);
+    format!("UPDATE receipts SET {set} WHERE receipt_id = ?1 AND {guard}")
+}
+
+/// [`update_sql`] for every receipt in the PostgreSQL array `$1`, in
+/// PostgreSQL's placeholders.
+#[must_use]
+pub fn update_many_sql(action: &OperatorAction) -> String {
+    let (set, guard) = change(action);
+    format!("UPDATE receipts SET {set} WHERE receipt_id = ANY(?1::text[]) AND {guard}")
+        .replace('?', "$")
+}
+
+/// What [`update_sql`] does to `row` at `now`, on a copy: so that a receipt
+/// named twice in one action is judged the second time as the first left it.
+pub fn apply(action: &OperatorAction, row: &mut ReceiptRow, now: i64) {
     match action {
         OperatorAction::Redrive => {
-            "UPDATE receipts SET status = 'active', attempts = 0, next_visible_at_ms = ?2, \
-             finished_at_ms = NULL, held_at_ms = NULL \
-             WHERE receipt_id = ?1 AND status = 'dead_lettered'"
+            row.status = "active".to_owned();
+            row.attempts = 0;
+            row.next_visible_at_ms = Some(now);
+            row.finished_at_ms = None;
+            row.held_at_ms = None;
         }
-        OperatorAction::Hold { .. } => {
-            "UPDATE receipts SET held_at_ms = ?2 WHERE receipt_id = ?1 AND status = 'active' \
-             AND held_at_ms IS NULL"
-        }
-        OperatorAction::Unhold => {
-            "UPDATE receipts SET held_at_ms = NULL WHERE receipt_id = ?1 AND status = 'active' \
-             AND held_at_ms IS NOT NULL"
-        }
-        OperatorAction::Cancel { .. } => {
-            "UPDATE receipts SET status = 'canceled', cancel_reason = ?3, \
-             next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, \
-             lease_until_ms = NULL, held_at_ms = NULL, finished_at_ms = ?2 \
-             WHERE receipt_id = ?1 AND (status = 'dead_lettered' OR (status = 'active' \
-             AND (lease_until_ms IS NULL OR lease_until_ms <= ?2)))"
+        OperatorAction::Hold { .. } => row.held_at_ms = Some(now),
+        OperatorAction::Unhold => row.held_at_ms = None,
+        OperatorAction::Cancel { reason } => {
+            row.status = "canceled".to_owned();
+            row.cancel_reason = Some(reason.clone());
+            row.next_visible_at_ms = None;
+            row.lease_owner = None;
+            row.lease_token = None;
+            row.lease_until_ms = None;
+            row.held_at_ms = None;
+            row.finished_at_ms = Some(now);
         }
     }
 }
@@ -198,6 +240,37 @@ mod tests {
             held_at_ms: held.then_some(3),
             cancel_reason: None,
             receipt_group: "default".into(),
+        }
+    }
+
+    /// A receipt named twice in one action is changed once: after
+    /// [`apply`], [`judge`] never answers `Done` again.
+    #[test]
+    fn an_action_applied_is_not_done_twice() {
+        let actions = [
+            OperatorAction::Redrive,
+            OperatorAction::Hold { reason: None },
+            OperatorAction::Unhold,
+            OperatorAction::Cancel { reason: "r".into() },
+        ];
+        let rows = [
+            row("active", false, None),
+            row("active", true, None),
+            row("active", false, Some(50)),
+            row("dead_lettered", false, None),
+        ];
+        for action in &actions {
+            for stored in &rows {
+                let mut copy = stored.clone();
+                if judge(action, Some(&copy), 100) == Ok(Acted::Done) {
+                    apply(action, &mut copy, 100);
+                    assert_ne!(
+                        judge(action, Some(&copy), 101),
+                        Ok(Acted::Done),
+                        "{action:?}"
+                    );
+                }
+            }
         }
     }
 

@@ -299,7 +299,66 @@ async fn bulk_actions_select_by_filter_with_the_count_reviewed(fresh: Fresh) {
     s.stop().await;
 }
 
+/// Enqueue `n` receipts `{prefix}{i:05}` in batches of 1000.
+async fn enqueue_many(s: &TestServer, prefix: &str, n: usize) {
+    let ids: Vec<String> = (0..n).map(|i| format!("{prefix}{i:05}")).collect();
+    for part in ids.chunks(1000) {
+        let items: Vec<Value> = part
+            .iter()
+            .map(|id| json!({"receipt_id": id, "finalized_at": 100}))
+            .collect();
+        let answer = s
+            .post("/v1/receipts/batch", json!({"receipts": items}))
+            .await;
+        assert_eq!(answer.status.as_u16(), 200, "{:?}", answer.body);
+    }
+}
+
+/// The documented maximum selection, 10 000 receipts held by one filter
+/// action: answered 200 with every one held, complete.
+async fn a_bulk_hold_by_filter_of_ten_thousand_finishes(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    enqueue_many(&s, "big-", 10_000).await;
+    let filter = json!({"prefix": "big-", "state": "pending"});
+    let dry = s
+        .post("/v1/bulk/hold", json!({"filter": filter, "dry_run": true}))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(dry["matched"], 10_000);
+    let started = std::time::Instant::now();
+    let held = s
+        .post(
+            "/v1/bulk/hold",
+            json!({"filter": filter, "expect_count": 10_000}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    println!(
+        "bulk hold by filter of 10 000 receipts: {:?} (debug build)",
+        started.elapsed()
+    );
+    assert_eq!(
+        (&held["done"], &held["complete"]),
+        (&json!(10_000), &json!(true))
+    );
+    assert!(
+        held.get("remaining_receipt_ids").is_none(),
+        "complete: {}",
+        held["stopped"]
+    );
+    let still = s
+        .get("/v1/receipts?prefix=big-&held=false&limit=1")
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(still["receipts"], json!([]), "every one held");
+    s.stop().await;
+}
+
 crate::on_every_backend!(
+    a_bulk_hold_by_filter_of_ten_thousand_finishes,
     bulk_actions_select_by_filter_with_the_count_reviewed,
     hold_unhold_and_cancel_one_receipt,
     a_leased_receipt_cannot_be_canceled,
@@ -325,5 +384,118 @@ async fn a_named_token_is_recorded_in_history_never_the_token() {
         (&json!("alice"), &json!("operator"))
     );
     assert!(!held.to_string().contains(ALICE));
+    s.stop().await;
+}
+
+/// Each part of a bulk action is stamped with its own time, not the
+/// request's: an entry committed for a receipt while the action was still
+/// on earlier parts comes before the action's entry, in time as in commit
+/// order. PostgreSQL only: a row lock held from outside pauses the action
+/// between its parts (100 receipts each), which SQLite's one writer cannot
+/// do without stopping every other write too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_actions_entries_keep_commit_order_with_each_receipts_history() {
+    use std::time::Duration;
+    let Some(fresh) = crate::common::fresh_postgres().await else {
+        return;
+    };
+    let url = fresh.url.clone();
+    let s = spawn(fresh).await;
+    enqueue_many(&s, "o-", 300).await;
+    // o-00250 (third part) is leased: its worker will release it mid-action.
+    let claim = s
+        .post(
+            "/v1/receipts/o-00250/claim",
+            json!({"worker_id": "w", "lease_ms": 60_000}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    // Lock o-00150 (second part) from outside.
+    let mut blocker = crate::common::pg_raw(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM receipts WHERE receipt_id = 'o-00150' FOR UPDATE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let ids: Vec<String> = (0..300).map(|i| format!("o-{i:05}")).collect();
+    let bulk = {
+        let (client, base) = (s.client.clone(), s.base.clone());
+        tokio::spawn(async move {
+            let response = client
+                .post(format!("{base}/v1/bulk/hold"))
+                .json(&json!({"receipt_ids": ids}))
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    // Wait until the action's second part waits for the lock.
+    let mut watcher = crate::common::pg_raw(&url).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the action never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first_part = s.receipt("o-00000").await;
+    let held_first = first_part["held_at_ms"]
+        .as_u64()
+        .expect("the first part is held");
+    // Later, the worker releases o-00250; later still, the action goes on.
+    s.clock.advance(1_000);
+    s.call(
+        reqwest::Method::DELETE,
+        "/v1/receipts/o-00250/lease",
+        Some(json!({"claim": claim})),
+    )
+    .await
+    .ok(204);
+    s.clock.advance(1_000);
+    sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
+    let (status, body) = bulk.await.unwrap();
+    assert_eq!((status, &body["done"]), (200, &json!(300)), "{body}");
+    let late = s.receipt("o-00250").await;
+    let history: Vec<(&str, u64)> = late["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["outcome"].as_str().unwrap(),
+                h["observed_at_ms"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        ["released", "hold"],
+        "{late}"
+    );
+    assert!(
+        history[0].1 < history[1].1,
+        "the hold committed after the release is stamped after it: {history:?}"
+    );
+    assert_eq!(late["held_at_ms"].as_u64(), Some(history[1].1));
+    assert!(
+        history[1].1 > held_first,
+        "the third part's own time, not the first part's"
+    );
     s.stop().await;
 }

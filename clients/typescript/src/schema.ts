@@ -633,6 +633,13 @@ export interface components {
         /** @description The outcome of a bulk action, item by item in the order given. */
         BulkOut: {
             action: components["schemas"]["BulkAction"];
+            /**
+             * @description Whether every receipt matched was judged. `false` when the action
+             *     stopped part-way (its 15 s time budget ran out, or the database
+             *     failed after some receipts were done): `results` holds the receipts
+             *     done, in order, and `remaining_receipt_ids` the others.
+             */
+            complete: boolean;
             /** Format: int64 */
             done: number;
             dry_run: boolean;
@@ -643,10 +650,16 @@ export interface components {
             matched: number;
             /** Format: int64 */
             refused: number;
+            /**
+             * @description When not complete: the receipts not reached, in order. Send them as
+             *     `receipt_ids` (up to 1000 at a time) to finish the action.
+             */
+            remaining_receipt_ids?: string[] | null;
             /** @description Every receipt's result (a dry run: what would happen). */
             results: components["schemas"]["BulkItem"][];
             /** @description A dry run only: up to 20 of the receipts that would change. */
             sample?: string[] | null;
+            stopped?: components["schemas"]["Problem"] | null;
             /** Format: int64 */
             unchanged: number;
         };
@@ -1158,7 +1171,7 @@ export interface components {
          *     explained, with what a client should do, in docs/troubleshooting.md.
          * @enum {string}
          */
-        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
+        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
         /**
          * @description A token bucket: `per_second` claims per second on average, at most
          *     `burst` at once.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
+use super::commit_gate::{self, Gate};
 use crate::domain::StoreError;
 use crate::store::StoreResult;
 
@@ -35,11 +36,16 @@ const GROUP_ITEMS: usize = 1024;
 struct Request<J: Mergeable> {
     job: J,
     reply: oneshot::Sender<StoreResult<J::Answer>>,
+    /// Entered when a runner takes the request: from then on its caller
+    /// waits for the group's answer, which the group's own bound keeps
+    /// short unless its commit was sent. Given up by a caller still queued.
+    taken: Arc<Gate>,
 }
 
 /// A queue of one store; its tasks end when the store is dropped.
 pub(super) struct Batcher<J: Mergeable> {
     queue: mpsc::UnboundedSender<Request<J>>,
+    bound: Option<Duration>,
 }
 
 impl<J: Mergeable> Batcher<J> {
@@ -51,18 +57,37 @@ impl<J: Mergeable> Batcher<J> {
         for _ in 0..tasks.max(1) {
             tokio::spawn(serve(pool.clone(), requests.clone(), bound, notify.clone()));
         }
-        Self { queue }
+        Self { queue, bound }
     }
 
-    /// Run `job`, merged with whatever else is waiting.
+    /// Run `job`, merged with whatever else is waiting, within the bound:
+    /// given up while it waits in the queue, never once a group took it
+    /// (the group is given up as a whole before its commit, or answers).
     pub async fn run(&self, job: J) -> StoreResult<J::Answer> {
         let (reply, answer) = oneshot::channel();
+        let taken = Arc::new(Gate::default());
         self.queue
-            .send(Request { job, reply })
+            .send(Request {
+                job,
+                reply,
+                taken: taken.clone(),
+            })
             .map_err(|_| StoreError::backend("the write queue has stopped"))?;
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::backend("the write queue has stopped")))
+        let stopped = |_| Err(StoreError::backend("the write queue has stopped"));
+        let Some(bound) = self.bound else {
+            return answer.await.unwrap_or_else(stopped);
+        };
+        tokio::pin!(answer);
+        tokio::select! {
+            answered = &mut answer => answered.unwrap_or_else(stopped),
+            () = tokio::time::sleep(bound) => {
+                if taken.abandon() {
+                    Err(commit_gate::too_late())
+                } else {
+                    answer.await.unwrap_or_else(stopped)
+                }
+            }
+        }
     }
 }
 
@@ -95,10 +120,10 @@ async fn serve<J: Mergeable>(
 ) {
     while let Some(group) = next_group(&requests).await {
         // A caller that gave up (its call timed out or its client left) is
-        // not written for.
+        // not written for; the others now wait for this group's answer.
         let (jobs, replies): (Vec<J>, Vec<_>) = group
             .into_iter()
-            .filter(|r| !r.reply.is_closed())
+            .filter(|r| !r.reply.is_closed() && r.taken.enter())
             .map(|r| (r.job, r.reply))
             .unzip();
         if jobs.is_empty() {
@@ -128,17 +153,13 @@ async fn run_contained<J: Mergeable>(
         ((0..count).map(|_| Err(e.clone())).collect(), false)
     };
     let pool = pool.clone();
-    let mut task = tokio::spawn(async move { J::run(&pool, &jobs).await });
-    let finished = match bound {
-        None => (&mut task).await,
-        Some(bound) => match tokio::time::timeout(bound, &mut task).await {
-            Ok(finished) => finished,
-            Err(_) => {
-                // Dropping the statement's future cancels it, as before.
-                task.abort();
-                return failed("the database did not answer in time");
-            }
-        },
-    };
-    finished.unwrap_or_else(|_| failed("a write failed unexpectedly"))
+    // Aborting the task before its commit cancels its statement and rolls
+    // it back; after, the commit's answer is the group's.
+    commit_gate::spawned_within(
+        bound,
+        async move { J::run(&pool, &jobs).await },
+        || failed("a write failed unexpectedly"),
+        || failed("the database did not answer in time"),
+    )
+    .await
 }

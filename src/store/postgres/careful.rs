@@ -251,7 +251,7 @@ async fn release(tx: &mut Tx, claim: &Claim, now_ms: u64) -> StoreResult<()> {
         let row = row(tx, claim.receipt_id.as_str()).await?;
         return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
     }
-    announce(tx).await
+    Ok(announce(tx).await?)
 }
 
 /// Record one caller's outcomes in a transaction of their own: without

@@ -410,7 +410,7 @@ async fn claim_merged(
             return Ok(None);
         }
     };
-    tx.commit().await?;
+    super::commit(tx).await?;
     let mut claims = due.claims.into_iter();
     Ok(Some(
         jobs.iter()
@@ -505,7 +505,7 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await?;
         super::announce(&mut tx).await?;
-        tx.commit().await?;
+        super::commit(tx).await?;
         self.notify.notify_waiters();
         Ok(())
     }

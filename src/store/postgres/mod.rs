@@ -17,6 +17,7 @@ macro_rules! pg_receipt_columns {
 mod batcher;
 mod careful;
 mod claim;
+mod commit_gate;
 mod feed;
 mod guarded;
 mod listen;
@@ -183,13 +184,9 @@ impl PostgresStore {
     }
 
     /// Run one store call within [`Self::bound`].
+    /// Given up only before its commit is sent (src/store/postgres/commit_gate.rs).
     async fn bounded<T>(&self, call: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-        match self.bound {
-            None => call.await,
-            Some(bound) => tokio::time::timeout(bound, call).await.unwrap_or_else(|_| {
-                Err(StoreError::backend("the database did not answer in time"))
-            }),
-        }
+        commit_gate::within(self.bound, call).await
     }
 
     async fn begin(&self) -> StoreResult<Tx> {
@@ -228,10 +225,18 @@ async fn begin_with(pool: &PgPool, statement: &'static str) -> StoreResult<Tx> {
 /// Commit after success; roll back at once after a failure. A dropped
 /// transaction would only roll back when its connection is next used, and
 /// until then its row locks would hide rows from `SKIP LOCKED` claims.
+/// Commit `tx`, unless the call's time limit gave it up first (then it is
+/// rolled back, as dropped).
+async fn commit(tx: Tx) -> StoreResult<()> {
+    commit_gate::may_commit()?;
+    tx.commit().await?;
+    Ok(())
+}
+
 async fn finish<T>(tx: Tx, result: StoreResult<T>) -> StoreResult<T> {
     match result {
         Ok(value) => {
-            tx.commit().await?;
+            commit(tx).await?;
             Ok(value)
         }
         Err(error) => {
@@ -258,7 +263,7 @@ fn in_id_order<T>(items: &[T], id: impl Fn(&T) -> &str) -> Vec<usize> {
 }
 
 /// Announce, inside `tx`, that work became due; delivered on commit.
-async fn announce(conn: &mut PgConnection) -> StoreResult<()> {
+async fn announce(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, '')")
         .bind(CHANNEL)
         .execute(conn)
@@ -348,7 +353,8 @@ impl SettlementOutcomeStore for PostgresStore {
         limit: ClaimLimit,
         only: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
-        self.bounded(self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only))
+        // Bounded by the claim queue itself, which gives up only before commit.
+        self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only)
             .await
     }
 
@@ -388,7 +394,7 @@ impl SettlementOutcomeStore for PostgresStore {
             policy,
             observed_at_ms,
         };
-        match self.bounded(self.writes.run(job)).await? {
+        match self.writes.run(job).await? {
             outcome::Answer::Outcomes(routes) => Ok(routes),
             _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
@@ -405,7 +411,7 @@ impl SettlementOutcomeStore for PostgresStore {
             extend_ms,
             now_ms,
         };
-        match self.bounded(self.writes.run(job)).await? {
+        match self.writes.run(job).await? {
             outcome::Answer::Extend(extended) => extended,
             _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
@@ -416,7 +422,7 @@ impl SettlementOutcomeStore for PostgresStore {
             claim: claim.clone(),
             now_ms,
         };
-        match self.bounded(self.writes.run(job)).await? {
+        match self.writes.run(job).await? {
             outcome::Answer::Release(released) => released,
             _ => Err(StoreError::backend("an answer of the wrong kind")),
         }

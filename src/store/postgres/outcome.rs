@@ -436,6 +436,10 @@ async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, boo
             Ok(conn) => conn,
             Err(e) => return fail_all(e.into()),
         };
+        // The one statement commits by itself: past here, it is answered.
+        if let Err(e) = super::commit_gate::may_commit() {
+            return fail_all(e);
+        }
         return match run_in(&mut conn, jobs).await {
             Ok(Some((answers, wakes))) => (answers.into_iter().map(Ok).collect(), wakes),
             // The refused statement changed nothing.

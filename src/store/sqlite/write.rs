@@ -593,7 +593,7 @@ pub fn act(
         let found = row(conn, id)?;
         let result = actions::judge(action, found.as_ref(), now);
         if let (Ok(Acted::Done), Some(found), false) = (result, &found, dry_run) {
-            let mut stmt = conn.prepare_cached(actions::update_sql(action))?;
+            let mut stmt = conn.prepare_cached(&actions::update_sql(action))?;
             let changed = match action.binds() {
                 Binds::Id => stmt.execute([id])?,
                 Binds::Now => stmt.execute(rusqlite::params![id, now])?,
