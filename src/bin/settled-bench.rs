@@ -16,6 +16,8 @@ mod db_cpu;
 mod http;
 #[path = "settled_bench/inproc.rs"]
 mod inproc;
+#[path = "settled_bench/pg_cost.rs"]
+mod pg_cost;
 #[path = "settled_bench/raw.rs"]
 mod raw;
 #[path = "settled_bench/report.rs"]
@@ -276,6 +278,10 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         (Some(_), Some(db)) => db_cpu::DbCpu::start(db.url()).await,
         _ => None,
     };
+    let pg_cost = match (&server, dbs.first()) {
+        (Some(_), Some(db)) => pg_cost::PgCost::start(db.url()).await,
+        _ => None,
+    };
     let cpu_before = server.as_ref().and_then(Server::cpu_s);
     let started = Instant::now();
     let stats = settle::run(&api, &ids, &ledger, &w, pacer).await;
@@ -287,6 +293,10 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         .map(|(after, before)| after - before);
     let db_cpu_s = match db_cpu {
         Some(d) => d.finish().await,
+        None => None,
+    };
+    let db_written = match pg_cost {
+        Some(c) => c.finish().await,
         None => None,
     };
     ticker.abort();
@@ -367,6 +377,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         foreign_claims: Ledger::get(&ledger.foreign),
         server_cpu_s,
         db_cpu_s,
+        db_written,
         peak_rss_mb,
         verified_receipts,
         counts_before: serde_json::to_value(before)?,

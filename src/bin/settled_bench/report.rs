@@ -37,6 +37,8 @@ pub struct Report {
     pub server_cpu_s: Option<f64>,
     /// CPU of the PostgreSQL backends serving the spawned server, while settling.
     pub db_cpu_s: Option<f64>,
+    /// What PostgreSQL wrote while settling (WAL, index entries).
+    pub db_written: Option<super::pg_cost::Written>,
     pub peak_rss_mb: Option<f64>,
     pub verified_receipts: usize,
     pub counts_before: Value,
@@ -86,6 +88,13 @@ impl Report {
         super::cpu::us_per(self.db_cpu_s, finished)
     }
 
+    /// One of PostgreSQL's write figures per finished receipt while settling.
+    fn db_written_per_receipt(&self, f: fn(&super::pg_cost::Written) -> f64) -> Option<f64> {
+        let finished = self.settled + self.skipped + self.dead_lettered;
+        let written = self.db_written.as_ref()?;
+        (finished > 0).then(|| f(written) / finished as f64)
+    }
+
     pub fn json(&self) -> Value {
         let mut all = json!({
             "backend": self.backend,
@@ -124,6 +133,11 @@ impl Report {
             "server_cpu_s": self.server_cpu_s.map(|c| round(c, 2)),
             "server_cpu_us_per_receipt": self.server_cpu_us_per_receipt().map(|c| round(c, 1)),
             "db_cpu_us_per_receipt": self.db_cpu_us_per_receipt().map(|c| round(c, 1)),
+            "db_wal_bytes_per_receipt": self.db_written_per_receipt(|w| w.wal_bytes).map(|c| round(c, 0)),
+            "db_index_entries_per_receipt": self.db_written_per_receipt(|w| w.index_entries).map(|c| round(c, 1)),
+            "db_rows_inserted_per_receipt": self.db_written_per_receipt(|w| w.rows_inserted).map(|c| round(c, 2)),
+            "db_rows_updated_per_receipt": self.db_written_per_receipt(|w| w.rows_updated).map(|c| round(c, 2)),
+            "db_hot_updates_per_receipt": self.db_written_per_receipt(|w| w.hot_updates).map(|c| round(c, 2)),
             "peak_rss_mb": self.peak_rss_mb.map(|m| round(m, 1)),
             "verified_receipts": self.verified_receipts,
             "counts_before": self.counts_before,
@@ -223,9 +237,17 @@ impl Report {
                     self.server_cpu_us_per_receipt().unwrap_or(0.0)
                 )
             });
-            let db = self.db_cpu_us_per_receipt().map_or_else(String::new, |c| {
+            let mut db = self.db_cpu_us_per_receipt().map_or_else(String::new, |c| {
                 format!("; its PostgreSQL backends {c:.0} µs per receipt")
             });
+            if let (Some(wal), Some(entries)) = (
+                self.db_written_per_receipt(|w| w.wal_bytes),
+                self.db_written_per_receipt(|w| w.index_entries),
+            ) {
+                db.push_str(&format!(
+                    ", {wal:.0} WAL bytes and ≤ {entries:.1} index entries"
+                ));
+            }
             line(format!("  server     peak RSS {rss:.1} MB{cpu}{db}"));
         }
         if self.foreign_claims > 0 {
