@@ -3,7 +3,7 @@
 # 8 pgbench clients, 15 s) on the PostgreSQL at ADMIN_URL, with what it writes per message: WAL
 # bytes (pg_current_wal_lsn before and after), index entries (each inserted row and each update
 # that was not HOT adding one entry to every index of its table, from pg_stat_user_tables) and the
-# CPU of every postgres process (from /proc; the server must run on this machine and be quiet).
+# CPU of the backends serving pgbench (from /proc; the server must run on this machine).
 # The same figures as settled-bench's db_* fields, for the same comparison (BENCHMARKS.md).
 # Usage: bench/pgmq_cost.sh postgres://postgres@127.0.0.1:5432/postgres
 set -eu
@@ -33,23 +33,11 @@ cat >"$cycle" <<'SQL'
 WITH m AS (SELECT msg_id FROM pgmq.read('q', 30, :batch)) SELECT pgmq.delete('q', array_agg(msg_id)) FROM m;
 SQL
 python3 - "$url" "$cycle" <<'PY'
-import glob, os, re, subprocess, sys, time
+import os, re, subprocess, sys, time
 url, cycle = sys.argv[1], sys.argv[2]
 tick = os.sysconf("SC_CLK_TCK")
 def psql(q):
     return subprocess.run(["psql", url, "-Atc", q], check=True, capture_output=True, text=True).stdout.strip()
-def pg_cpu():
-    total = 0.0
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            text = open(stat).read()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        if name.startswith("postgres"):
-            f = text[text.rindex(")") + 2:].split()
-            total += (int(f[11]) + int(f[12])) / tick
-    return total
 STATS = ("SELECT coalesce(sum(n_tup_ins),0), coalesce(sum(n_tup_upd),0), coalesce(sum(n_tup_hot_upd),0), "
          "coalesce(sum(n_tup_del),0), coalesce(sum((n_tup_ins + n_tup_upd - n_tup_hot_upd) * "
          "(SELECT count(*) FROM pg_index i WHERE i.indrelid = relid)),0) FROM pg_stat_user_tables")
@@ -73,12 +61,11 @@ def sample():
             if cpu is not None:
                 seen[pid] = cpu
         time.sleep(0.2)
-before_n, lsn, stats0, cpu0 = count(), psql("SELECT pg_current_wal_lsn()"), psql(STATS).split("|"), pg_cpu()
+before_n, lsn, stats0 = count(), psql("SELECT pg_current_wal_lsn()"), psql(STATS).split("|")
 sampler = threading.Thread(target=sample)
 sampler.start()
 out = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", "15", "-f", cycle, url],
                      capture_output=True, text=True).stdout
-cpu1 = pg_cpu()
 running = False
 sampler.join()
 time.sleep(1.5)
@@ -90,6 +77,6 @@ d = [float(b) - float(a) for a, b in zip(stats0, stats1)]
 print(f"pgmq_msgs_per_sec {done / secs:.0f}")
 print(f"pgmq_wal_bytes_per_msg {wal / done:.0f}")
 print(f"pgmq_index_entries_per_msg {d[4] / done:.2f}  (rows inserted {d[0] / done:.2f}, updated {d[1] / done:.2f}, hot {d[2] / done:.2f}, deleted {d[3] / done:.2f})")
-print(f"pgmq_db_cpu_us_per_msg {1e6 * sum(seen.values()) / done:.1f}  (its backends; every postgres process: {1e6 * (cpu1 - cpu0) / done:.1f})")
+print(f"pgmq_db_cpu_us_per_msg {1e6 * sum(seen.values()) / done:.1f}  (the backends serving pgbench)")
 PY
 rm -f "$cycle"

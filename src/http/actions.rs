@@ -26,8 +26,10 @@ use crate::store::{
 /// Most receipts one bulk request names.
 pub const MAX_BULK_IDS: usize = 1000;
 /// Receipts per transaction of a bulk action: short transactions, so that
-/// claims and outcomes never wait long behind one.
-const CHUNK: usize = 100;
+/// claims and outcomes never wait long behind one (tens of ms), yet few
+/// enough commits that 10 000 receipts finish in seconds beside busy
+/// workers (100 per transaction would take about 26 s there; 500 take 4 s).
+const CHUNK: usize = 500;
 /// A bulk action starts no chunk after this long, well within the request
 /// time limit: what it did is answered, never cut off.
 const BULK_BUDGET: std::time::Duration = std::time::Duration::from_secs(15);
@@ -325,7 +327,7 @@ impl BulkAction {
 /// filters of `GET /v1/receipts` (`filter`, up to 10 000, oldest first).
 /// Every receipt is judged on its own, as the single-receipt action would
 /// judge it, and answered item by item. The receipts are changed in
-/// transactions of up to 100: a crash part-way leaves each receipt either
+/// transactions of up to 500: a crash part-way leaves each receipt either
 /// changed, with its history entry, or untouched, and a request repeated
 /// after it finds the changed ones `unchanged` (hold, unhold) or refused
 /// (redrive, cancel), never changed twice. Use `dry_run` first to see what

@@ -391,7 +391,7 @@ async fn a_named_token_is_recorded_in_history_never_the_token() {
 /// request's: an entry committed for a receipt while the action was still
 /// on earlier parts comes before the action's entry, in time as in commit
 /// order. PostgreSQL only: a row lock held from outside pauses the action
-/// between its parts (100 receipts each), which SQLite's one writer cannot
+/// between its parts (500 receipts each), which SQLite's one writer cannot
 /// do without stopping every other write too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_actions_entries_keep_commit_order_with_each_receipts_history() {
@@ -401,30 +401,29 @@ async fn a_bulk_actions_entries_keep_commit_order_with_each_receipts_history() {
     };
     let url = fresh.url.clone();
     let s = spawn(fresh).await;
-    enqueue_many(&s, "o-", 300).await;
-    // o-00250 (third part) is leased: its worker will release it mid-action.
+    enqueue_many(&s, "o-", 1500).await;
+    // o-01200 (third part) is leased: its worker will release it mid-action.
     let claim = s
         .post(
-            "/v1/receipts/o-00250/claim",
+            "/v1/receipts/o-01200/claim",
             json!({"worker_id": "w", "lease_ms": 60_000}),
         )
         .await
         .ok(200)
         .clone();
-    // Lock o-00150 (second part) from outside.
+    // Lock o-00700 (second part) from outside.
     let mut blocker = crate::common::pg_raw(&url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
-    sqlx::query("SELECT 1 FROM receipts WHERE receipt_id = 'o-00150' FOR UPDATE")
+    sqlx::query("SELECT 1 FROM receipts WHERE receipt_id = 'o-00700' FOR UPDATE")
         .execute(&mut blocker)
         .await
         .unwrap();
-    let ids: Vec<String> = (0..300).map(|i| format!("o-{i:05}")).collect();
     let bulk = {
         let (client, base) = (s.client.clone(), s.base.clone());
         tokio::spawn(async move {
             let response = client
                 .post(format!("{base}/v1/bulk/hold"))
-                .json(&json!({"receipt_ids": ids}))
+                .json(&json!({"filter": {"prefix": "o-"}, "expect_count": 1500}))
                 .send()
                 .await
                 .unwrap();
@@ -458,11 +457,11 @@ async fn a_bulk_actions_entries_keep_commit_order_with_each_receipts_history() {
     let held_first = first_part["held_at_ms"]
         .as_u64()
         .expect("the first part is held");
-    // Later, the worker releases o-00250; later still, the action goes on.
+    // Later, the worker releases o-01200; later still, the action goes on.
     s.clock.advance(1_000);
     s.call(
         reqwest::Method::DELETE,
-        "/v1/receipts/o-00250/lease",
+        "/v1/receipts/o-01200/lease",
         Some(json!({"claim": claim})),
     )
     .await
@@ -470,8 +469,8 @@ async fn a_bulk_actions_entries_keep_commit_order_with_each_receipts_history() {
     s.clock.advance(1_000);
     sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
     let (status, body) = bulk.await.unwrap();
-    assert_eq!((status, &body["done"]), (200, &json!(300)), "{body}");
-    let late = s.receipt("o-00250").await;
+    assert_eq!((status, &body["done"]), (200, &json!(1500)), "{body}");
+    let late = s.receipt("o-01200").await;
     let history: Vec<(&str, u64)> = late["history"]
         .as_array()
         .unwrap()

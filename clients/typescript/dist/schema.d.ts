@@ -52,7 +52,7 @@ export interface paths {
          *     filters of `GET /v1/receipts` (`filter`, up to 10 000, oldest first).
          *     Every receipt is judged on its own, as the single-receipt action would
          *     judge it, and answered item by item. The receipts are changed in
-         *     transactions of up to 100: a crash part-way leaves each receipt either
+         *     transactions of up to 500: a crash part-way leaves each receipt either
          *     changed, with its history entry, or untouched, and a request repeated
          *     after it finds the changed ones `unchanged` (hold, unhold) or refused
          *     (redrive, cancel), never changed twice. Use `dry_run` first to see what
