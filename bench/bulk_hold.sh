@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# 10 000 receipts held by one filter action (POST /v1/bulk/hold) on a fresh PostgreSQL database,
+# 3 runs, each on its own database, against the `settled` binary given (port 18181).
+# Usage: bench/bulk_hold.sh target/release/settled
 set -euo pipefail
 BIN=$1
 for run in 1 2 3; do
