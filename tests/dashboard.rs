@@ -7,8 +7,9 @@
 //! Chromium): each view against the API's answers, the overview and an open receipt page
 //! following the outcome feed live (outcomes the script makes through the API, with polling
 //! slowed to 10 minutes), actions through their dry runs, a reader token without actions, no
-//! request to another host, no horizontal overflow. Afterwards the store must hold what the
-//! browser did.
+//! request to another host, no horizontal overflow; then, on a second server started with
+//! `--max-streams 0`, the page polling when its stream is refused (429). Afterwards the store
+//! must hold what the browser did.
 //! Needs `node`, `/usr/bin/chromium` and `tests/dashboard/node_modules`
 //! (`bash tests/dashboard/ci-setup.sh` installs the last two).
 //!
@@ -80,7 +81,7 @@ impl Drop for Server {
 }
 
 /// Start the binary in `dir` with these `ROLE:TOKEN` entries.
-fn start(dir: &Path, tokens: &[String]) -> Server {
+fn start(dir: &Path, tokens: &[String], extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_settled"))
         .env_remove("SETTLED_DATABASE_URL")
         .env_remove("SETTLED_LISTEN")
@@ -88,6 +89,7 @@ fn start(dir: &Path, tokens: &[String]) -> Server {
         .current_dir(dir)
         .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
         .args(tokens.iter().flat_map(|t| ["--token", t.as_str()]))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -236,11 +238,12 @@ fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 }
 
 /// Run the browser test, echoing its output, and return whether it exited 0.
-fn run_node(base: &str) -> bool {
+fn run_node(base: &str, streamless_base: &str) -> bool {
     let mut child = Command::new("node")
         .arg("tests/dashboard/dashboard.test.mjs")
         .current_dir(project())
         .env("BASE", base)
+        .env("STREAMLESS_BASE", streamless_base)
         .env("TOKEN", TOKEN)
         .env("READER_TOKEN", READER_TOKEN)
         .env("REDRIVE_ID", "dead-2")
@@ -301,13 +304,14 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     }
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = start(
-        dir.path(),
-        &[
-            format!("operator:alice:{TOKEN}"),
-            format!("reader:{READER_TOKEN}"),
-        ],
-    );
+    let tokens = [
+        format!("operator:alice:{TOKEN}"),
+        format!("reader:{READER_TOKEN}"),
+    ];
+    let server = start(dir.path(), &tokens, &[]);
+    // A second server that refuses every event stream (429): the page must poll there.
+    let streamless_dir = tempfile::tempdir().expect("tempdir");
+    let streamless = start(streamless_dir.path(), &tokens, &["--max-streams", "0"]);
     let api = Api {
         client: reqwest::Client::new(),
         base: server.base.clone(),
@@ -315,7 +319,8 @@ async fn the_dashboard_shows_the_api_and_redrives_in_a_real_browser() {
     seed(&api).await;
 
     let base = server.base.clone();
-    let passed = tokio::task::spawn_blocking(move || run_node(&base))
+    let streamless_base = streamless.base.clone();
+    let passed = tokio::task::spawn_blocking(move || run_node(&base, &streamless_base))
         .await
         .expect("node runner");
     assert!(

@@ -2,6 +2,7 @@
 
 mod actions;
 pub mod auth;
+mod bulk;
 mod claims;
 mod dashboard;
 mod dead_letters;

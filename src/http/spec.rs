@@ -336,7 +336,8 @@ fn request_example(operation_id: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::actions::{BulkIn, ReasonIn};
+    use crate::http::actions::ReasonIn;
+    use crate::http::bulk::BulkIn;
     use crate::http::claims::{ClaimOneIn, ClaimsIn};
     use crate::http::outcomes::{
         LeaseExtendBatchIn, LeaseExtendIn, LeaseReleaseIn, OutcomeBatchIn,

@@ -96,7 +96,7 @@ fn step(label: &str, command: &mut Command) {
 /// A server with the producer, worker and operator tokens, and the environment a flow reads.
 fn server(dir: &Path) -> (Server, Vec<(String, String)>) {
     let entries: Vec<String> = TOKENS.iter().map(|(r, t)| format!("{r}:{t}")).collect();
-    let server = start(dir, &entries);
+    let server = start(dir, &entries, &[]);
     let mut env = vec![("SETTLED_URL".to_owned(), server.base.clone())];
     for (role, token) in TOKENS {
         env.push((

@@ -3,7 +3,8 @@
 //   BASE=http://127.0.0.1:8080 TOKEN=<operator token> READER_TOKEN=<reader token> \
 //     node tests/dashboard/dashboard.test.mjs
 //
-// Optional: REDRIVE_ID (the dead-lettered receipt to redrive; default the first dead letter),
+// Optional: STREAMLESS_BASE (a second server, started with --max-streams 0: the page must fall back
+// to polling when the stream is refused with 429), REDRIVE_ID (the dead-lettered receipt to redrive; default the first dead letter),
 // CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes a PNG of each view there),
 // CPU_THROTTLE (slow the page down that many times, as on a loaded machine).
 // The server must hold what tests/dashboard.rs seeds: at least 11 dead letters (two pages of
@@ -25,6 +26,7 @@ const STATES = ["pending", "scheduled", "leased", "retry_scheduled", "settled", 
 const BASE = (process.env.BASE || "").replace(/\/+$/, "");
 const TOKEN = process.env.TOKEN || "";
 const READER_TOKEN = process.env.READER_TOKEN || "";
+const STREAMLESS_BASE = (process.env.STREAMLESS_BASE || "").replace(/\/+$/, "");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || "";
 // CPU_THROTTLE=6 runs the page six times slower (Chromium's CPU throttling): a loaded machine.
@@ -674,6 +676,27 @@ async function main() {
     assert.deepEqual(foreign, [], `the page made requests to hosts other than ${origin}`);
     assert.deepEqual(pageErrors, [], "uncaught errors in the page");
     ok(`every request went to ${origin}; no uncaught page errors`);
+
+    if (STREAMLESS_BASE) {
+      check("streams refused (429): the page polls instead");
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.goto(`${STREAMLESS_BASE}/`, { waitUntil: "load" });
+      await page.locator("#token").fill(TOKEN);
+      await page.locator('#token-form [type="submit"]').click();
+      await page.locator('#live[data-live="polling"]').waitFor();
+      const pending = () => page.locator('#counts [data-state="pending"] .n').textContent().then((t) => Number(t.trim()));
+      const before = await pending();
+      const enqueued = await fetch(`${STREAMLESS_BASE}/v1/receipts`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ receipt_id: "polled-1", finalized_at: 1_764_460_880 }),
+      });
+      assert.equal(enqueued.status, 201, "enqueue on the streamless server");
+      const after = await until(pending, (n) => n === before + 1);
+      assert.equal(after, before + 1, "the pending count followed by polling");
+      assert.match((await page.locator("#live").textContent()).trim(), /polling/, "the live indicator says it polls");
+      ok("with streams refused the page shows it polls and its counts still follow");
+    }
   } catch (error) {
     if (page) {
       const shot = path.join(tmpdir(), "dashboard-failure.png");

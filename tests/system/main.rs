@@ -13,6 +13,7 @@ mod binary;
 mod crash_recovery;
 mod db_faults;
 mod lease_races;
+mod pg_bulk;
 mod pg_outage;
 mod pg_replicas;
 mod restart_safety;

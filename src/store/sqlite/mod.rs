@@ -3,7 +3,7 @@
 //! `synchronous=FULL` so every acknowledged commit is durable.
 
 mod feed;
-mod group;
+mod group_commit;
 mod groups;
 mod lookup;
 mod read;
@@ -36,7 +36,7 @@ use crate::store::{
     ReceiptView, SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView,
     StoreResult,
 };
-use group::Writer;
+use group_commit::Writer;
 use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
 
 /// The SQLite store.
