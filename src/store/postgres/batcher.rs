@@ -148,18 +148,15 @@ async fn run_contained<J: Mergeable>(
     bound: Option<Duration>,
 ) -> (Vec<StoreResult<J::Answer>>, bool) {
     let count = jobs.len();
-    let failed = |why: &str| {
-        let e = StoreError::backend(why);
-        ((0..count).map(|_| Err(e.clone())).collect(), false)
-    };
+    let failed = |e: StoreError| ((0..count).map(|_| Err(e.clone())).collect(), false);
     let pool = pool.clone();
     // Aborting the task before its commit cancels its statement and rolls
     // it back; after, the commit's answer is the group's.
     commit_gate::spawned_within(
         bound,
         async move { J::run(&pool, &jobs).await },
-        || failed("a write failed unexpectedly"),
-        || failed("the database did not answer in time"),
+        || failed(StoreError::backend("a write failed unexpectedly")),
+        failed,
     )
     .await
 }

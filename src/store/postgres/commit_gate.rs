@@ -3,8 +3,10 @@
 //! commits by itself): given up then, it is rolled back and answered "did
 //! not answer in time", truthfully. Once the `COMMIT` is on its way, the
 //! answer is the database's, however long it takes (PostgreSQL's
-//! `statement_timeout` bounds it there, and the request time limit above
-//! it): a write the database committed is never answered as a failure.
+//! `statement_timeout` bounds it there): a write the database committed is
+//! never answered as a failure. Only a `COMMIT` unanswered for
+//! [`COMMIT_WAIT`] more (a network that swallows packets) is answered as
+//! unknown, so that a lost connection cannot hold a write queue forever.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -49,6 +51,15 @@ tokio::task_local! {
     static GATE: Arc<Gate>;
 }
 
+/// How long a call whose `COMMIT` was sent waits past its bound for the
+/// answer before it gives up (answered as unknown: it may have committed).
+pub(super) const COMMIT_WAIT: Duration = Duration::from_secs(30);
+
+/// What a call whose commit went unanswered answers.
+fn unconfirmed() -> StoreError {
+    StoreError::backend("the database did not confirm the commit in time; it may have been applied")
+}
+
 /// What a call given up by its time limit answers.
 pub(super) fn too_late() -> StoreError {
     StoreError::backend("the database did not answer in time")
@@ -83,7 +94,7 @@ pub(super) async fn within<T>(
                 // Dropping the call rolls its transaction back.
                 Err(too_late())
             } else {
-                call.await
+                tokio::time::timeout(COMMIT_WAIT, call).await.unwrap_or_else(|_| Err(unconfirmed()))
             }
         }
     }
@@ -95,7 +106,7 @@ pub(super) async fn spawned_within<T: Send + 'static>(
     bound: Option<Duration>,
     call: impl Future<Output = T> + Send + 'static,
     panicked: impl FnOnce() -> T,
-    late: impl FnOnce() -> T,
+    late: impl FnOnce(StoreError) -> T,
 ) -> T {
     let gate = Arc::new(Gate::default());
     let mut task = tokio::spawn(GATE.scope(gate.clone(), call));
@@ -105,10 +116,16 @@ pub(super) async fn spawned_within<T: Send + 'static>(
             Ok(finished) => finished,
             Err(_) if gate.abandon() => {
                 task.abort();
-                return late();
+                return late(too_late());
             }
-            // Committing: its answer is the database's.
-            Err(_) => task.await,
+            // Committing: its answer is the database's, if it comes.
+            Err(_) => match tokio::time::timeout(COMMIT_WAIT, &mut task).await {
+                Ok(finished) => finished,
+                Err(_) => {
+                    task.abort();
+                    return late(unconfirmed());
+                }
+            },
         },
     };
     finished.unwrap_or_else(|_| panicked())
@@ -155,10 +172,24 @@ mod tests {
                 "committed"
             },
             || "panicked",
-            || "too late",
+            |_| "too late",
         )
         .await;
         assert_eq!(spawned, "committed");
+    }
+
+    /// A commit that never answers is given up at last, as unknown: a
+    /// network that swallows packets cannot hold a write queue forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_that_never_answers_is_answered_as_unknown() {
+        let call = async {
+            may_commit()?;
+            std::future::pending::<()>().await;
+            Ok(())
+        };
+        let started = tokio::time::Instant::now();
+        assert_eq!(within(BOUND, call).await, Err(unconfirmed()));
+        assert_eq!(started.elapsed(), BOUND.unwrap() + COMMIT_WAIT);
     }
 
     /// A gate given up refuses the commit, and one entered refuses to be given up.
