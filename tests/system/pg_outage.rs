@@ -626,11 +626,21 @@ async fn the_service_answers_503_during_an_outage_and_recovers_by_itself() {
 /// Sessions of this database inside a transaction, with how long each has
 /// been in its current state (s).
 async fn open_transactions(admin: &mut sqlx::PgConnection) -> Vec<(String, f64)> {
+    open_transactions_begun_by(admin, "infinity").await
+}
+
+/// [`open_transactions`] that began by `when` (a timestamp, as text): the
+/// other replica's own transactions (its rate counts every 2 s) begin later.
+async fn open_transactions_begun_by(
+    admin: &mut sqlx::PgConnection,
+    when: &str,
+) -> Vec<(String, f64)> {
     sqlx::query_as(
         "SELECT state, EXTRACT(EPOCH FROM now() - state_change)::float8 FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid() \
-         AND xact_start IS NOT NULL",
+         AND xact_start IS NOT NULL AND xact_start <= $1::timestamptz",
     )
+    .bind(when)
     .fetch_all(admin)
     .await
     .expect("pg_stat_activity")
@@ -708,11 +718,15 @@ async fn a_replica_cut_off_mid_transaction_does_not_hold_locks_on_the_others() {
     }
     let cut = Instant::now();
     proxy.set(Mode::Stall);
+    let cut_at: String = sqlx::query_scalar("SELECT clock_timestamp()::text")
+        .fetch_one(&mut admin)
+        .await
+        .expect("server time");
 
     // Well past the statement timeout, the server has ended A's transaction,
     // and B can enqueue a receipt whose row A had inserted but not committed.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let open = open_transactions(&mut admin).await;
+    let open = open_transactions_begun_by(&mut admin, &cut_at).await;
     let blocked = api_b
         .post(
             "/v1/receipts",
