@@ -320,6 +320,8 @@ pub struct Claimed {
     pub observation: Option<serde_json::Value>,
     /// The receipt's group.
     pub group: GroupName,
+    /// The receipt's priority within its group.
+    pub priority: super::Priority,
     /// Whether this claim took the receipt over from a lease that expired
     /// unreported (what `/metrics` counts as a lease expiry).
     pub after_expiry: bool,

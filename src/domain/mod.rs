@@ -3,6 +3,7 @@
 mod claim;
 mod group;
 mod policy;
+mod priority;
 mod reasons;
 mod route;
 mod rules;
@@ -11,6 +12,7 @@ mod text;
 pub use claim::*;
 pub use group::*;
 pub use policy::*;
+pub use priority::*;
 pub use reasons::*;
 pub use route::*;
 pub use rules::*;

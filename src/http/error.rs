@@ -49,6 +49,7 @@ pub enum ProblemCode {
     InvalidTranscriptId,
     InvalidRetryAfter,
     InvalidGroup,
+    InvalidPriority,
     InvalidGroupLimits,
     WorkerIdLength,
     InvalidWorkerId,

@@ -58,6 +58,9 @@ pub struct FindQuery {
     /// Only receipts of this group (docs/groups.md).
     #[param(min_length = 1, max_length = 128)]
     pub group: Option<String>,
+    /// Only receipts of this priority (-1000..=1000).
+    #[param(minimum = -1000, maximum = 1000)]
+    pub priority: Option<i64>,
     /// `newest` (default) or `oldest` `finalized_at` first.
     pub order: Option<SearchOrder>,
     /// Receipts per page: 1..=500, default 50.
@@ -82,6 +85,7 @@ pub struct FilterIn {
     pub finished_to_ms: Option<u64>,
     pub held: Option<bool>,
     pub group: Option<String>,
+    pub priority: Option<i64>,
 }
 
 impl FilterIn {
@@ -98,6 +102,7 @@ impl FilterIn {
             finished_to_ms: self.finished_to_ms,
             held: self.held,
             group: self.group,
+            priority: self.priority,
             ..FindQuery::default()
         }
         .filter()
@@ -181,6 +186,7 @@ impl FindQuery {
                 .map(super::wire::parse_group)
                 .transpose()?
                 .map(|g| g.as_str().to_owned()),
+            priority: self.priority.map(super::wire::parse_priority).transpose()?,
         })
     }
 

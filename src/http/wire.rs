@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem, ProblemCode};
 use crate::domain::{
-    Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, ReceiptId, Route,
+    Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, Priority, ReceiptId, Route,
     SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TranscriptId, U63,
     WorkerId,
 };
@@ -48,6 +48,13 @@ pub struct ReceiptIn {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 128)]
     pub group: Option<String>,
+    /// Its priority within its group (docs/groups.md, "Priorities"):
+    /// -1000..=1000, higher first; default 0. Of the due receipts of a group,
+    /// a claim takes the highest priority first, then the oldest due; groups
+    /// are shared out as without priorities. Part of the receipt's identity.
+    #[serde(default)]
+    #[schema(minimum = -1000, maximum = 1000, default = 0)]
+    pub priority: Option<i64>,
 }
 
 fn fits_i64(value: u64) -> bool {
@@ -92,12 +99,18 @@ impl ReceiptIn {
             None => GroupName::default_group(),
             Some(name) => parse_group(name)?,
         };
+        let priority = self
+            .priority
+            .map(parse_priority)
+            .transpose()?
+            .unwrap_or_default();
         Ok(NewReceipt {
             receipt_id,
             finalized_at: self.finalized_at,
             observation,
             visible_at_ms: self.visible_at_ms,
             group,
+            priority,
         })
     }
 }
@@ -106,6 +119,12 @@ impl ReceiptIn {
 pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
     ReceiptId::parse(value)
         .map_err(|e| ApiError::bad_id(ProblemCode::InvalidReceiptId, "receipt_id", e))
+}
+
+/// A priority from a body or a query.
+pub fn parse_priority(value: i64) -> Result<Priority, ApiError> {
+    Priority::parse(value)
+        .map_err(|e| ApiError::validation(ProblemCode::InvalidPriority, e.to_string()))
 }
 
 /// A group name from a path, a query or a body.
@@ -236,6 +255,11 @@ pub struct ClaimBody {
     #[serde(default = "default_group_text")]
     #[schema(min_length = 1, max_length = 128, default = "default")]
     pub group: String,
+    /// The receipt's priority within its group. Not compared when the claim
+    /// is sent back.
+    #[serde(default)]
+    #[schema(minimum = -1000, maximum = 1000, default = 0)]
+    pub priority: i64,
 }
 
 fn default_group_text() -> String {
@@ -248,6 +272,7 @@ impl From<Claimed> for ClaimBody {
             claim,
             observation,
             group,
+            priority,
             after_expiry: _,
         } = claimed;
         Self {
@@ -260,6 +285,7 @@ impl From<Claimed> for ClaimBody {
             lease_until_ms: claim.lease_until_ms.get(),
             observation,
             group: group.as_str().to_owned(),
+            priority: priority.get(),
         }
     }
 }
@@ -388,6 +414,7 @@ mod tests {
             },
             observation: Some(serde_json::json!({"amount": 1})),
             group: GroupName::parse("rail:ach").unwrap(),
+            priority: Priority::parse(7).unwrap(),
             after_expiry: true,
         }
     }

@@ -240,6 +240,7 @@ mod tests {
             held_at_ms: held.then_some(3),
             cancel_reason: None,
             receipt_group: "default".into(),
+            priority: 0,
         }
     }
 

@@ -31,8 +31,8 @@ pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute
 pub use views::*;
 
 use crate::domain::{
-    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
-    Route, SettlementStoreBinding, StoreError, WorkerId,
+    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, Priority, ReceiptId,
+    RetryPolicy, Route, SettlementStoreBinding, StoreError, WorkerId,
 };
 
 /// Shorthand for store results.
@@ -50,6 +50,8 @@ pub struct NewReceipt {
     pub visible_at_ms: Option<u64>,
     /// Its group (part of its identity).
     pub group: GroupName,
+    /// Its priority within the group (part of its identity).
+    pub priority: Priority,
 }
 
 /// What enqueueing one receipt did.

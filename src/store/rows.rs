@@ -7,8 +7,8 @@ use super::{
     DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptState, ReceiptView, StoreResult,
 };
 use crate::domain::{
-    Claim, Claimed, GroupName, LeaseToken, ReceiptId, SettlementFailureCode, SettlementSkipReason,
-    StoreError, U63, WorkerId,
+    Claim, Claimed, GroupName, LeaseToken, Priority, ReceiptId, SettlementFailureCode,
+    SettlementSkipReason, StoreError, U63, WorkerId,
 };
 
 /// Every column of `receipts` that the store reads.
@@ -34,6 +34,7 @@ pub struct ReceiptRow {
     pub held_at_ms: Option<i64>,
     pub cancel_reason: Option<String>,
     pub receipt_group: String,
+    pub priority: i16,
 }
 
 /// The column list matching [`ReceiptRow`], for `SELECT` and `RETURNING`.
@@ -44,7 +45,7 @@ macro_rules! receipt_columns {
         "receipt_id, finalized_at, observation, status, attempts, row_version, \
          next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, \
          failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, cancel_reason, \
-         receipt_group"
+         receipt_group, priority"
     };
 }
 
@@ -140,6 +141,11 @@ impl ReceiptRow {
 
     /// The persisted claim, for rows that carry a lease.
     /// The claim the row's lease stands for (live or expired), if it has one.
+    /// The stored priority; one out of range is a corrupt record.
+    pub fn priority(&self) -> StoreResult<Priority> {
+        Priority::parse(i64::from(self.priority)).map_err(|_| corrupt("priority"))
+    }
+
     pub fn lease(&self) -> StoreResult<Option<Claim>> {
         let (Some(owner), Some(token), Some(until)) =
             (&self.lease_owner, &self.lease_token, self.lease_until_ms)
@@ -164,6 +170,7 @@ impl ReceiptRow {
             claim: self.lease()?.ok_or_else(|| corrupt("lease"))?,
             observation: observation(self.observation.as_deref())?,
             group: GroupName::from_stored(self.receipt_group.clone()),
+            priority: self.priority()?,
             after_expiry,
         })
     }
@@ -210,6 +217,7 @@ impl ReceiptRow {
         Ok(ReceiptView {
             receipt_id: self.receipt_id.clone(),
             group: self.receipt_group.clone(),
+            priority: self.priority()?.get(),
             finalized_at: to_u64(self.finalized_at, "finalized_at")?,
             state,
             attempts: to_u32(self.attempts, "attempts")?,

@@ -345,7 +345,8 @@ pub fn same_identity(existing: &ReceiptRow, new: &NewReceipt) -> StoreResult<Enq
     let offered = new.observation.as_ref().filter(|v| !v.is_null());
     let same = to_u64(existing.finalized_at, "finalized_at")? == new.finalized_at
         && stored.as_ref() == offered
-        && existing.receipt_group == new.group.as_str();
+        && existing.receipt_group == new.group.as_str()
+        && i64::from(existing.priority) == new.priority.get();
     Ok(if same {
         Enqueued::Existing
     } else {

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 
 use super::rows::{ReceiptRow, to_i64, to_u64};
 use super::{FailureView, LeaseView, ReceiptState, StoreResult};
-use crate::domain::{SettlementFailureCode, WorkerId};
+use crate::domain::{Priority, SettlementFailureCode, WorkerId};
 
 /// Rows examined per page at most when a filter is checked row by row.
 pub const SCAN_BUDGET: usize = 1000;
@@ -125,6 +125,8 @@ pub struct ReceiptFilter {
     pub held: Option<bool>,
     /// The receipt's group.
     pub group: Option<String>,
+    /// The receipt's priority.
+    pub priority: Option<Priority>,
 }
 
 impl ReceiptFilter {
@@ -164,6 +166,9 @@ impl ReceiptFilter {
                 .finished_at_ms
                 .is_some_and(|f| u64::try_from(f).is_ok_and(|f| self.finished_ms.contains(f)));
         let group_ok = self.group.as_deref().is_none_or(|g| row.receipt_group == g);
+        let priority_ok = self
+            .priority
+            .is_none_or(|p| i64::from(row.priority) == p.get());
         Ok(state_ok
             && code_ok
             && owner_ok
@@ -171,18 +176,22 @@ impl ReceiptFilter {
             && finalized_ok
             && finished_ok
             && held_ok
-            && group_ok)
+            && group_ok
+            && priority_ok)
     }
 
     /// The filter as canonical text: equal filters, equal text.
     #[must_use]
     pub fn canonical(&self) -> String {
-        // The group is appended only when set, so that cursors handed out
-        // before groups existed stay valid.
+        // The group and the priority are appended only when set, so that
+        // cursors handed out before they existed stay valid.
         let group = self
             .group
             .as_deref()
             .map_or_else(String::new, |g| format!(";group={}", hex::encode(g)));
+        let priority = self
+            .priority
+            .map_or_else(String::new, |p| format!(";priority={p}"));
         format!(
             "state={};code={};owner={};prefix={};finalized={};finished_ms={};held={}",
             self.state.map_or("", StateFilter::as_str),
@@ -195,6 +204,7 @@ impl ReceiptFilter {
             self.finished_ms.text(),
             self.held.map_or("", |h| if h { "true" } else { "false" }),
         ) + &group
+            + &priority
     }
 
     /// The index ranges that can hold a match (none: nothing can match).
@@ -264,13 +274,15 @@ impl ReceiptFilter {
                 || self.prefix.is_some()
                 || self.finished_ms.is_bounded()
                 || self.held.is_some()
-                || self.group.is_some();
+                || self.group.is_some()
+                || self.priority.is_some();
         }
         self.state == Some(StateFilter::Scheduled)
             || self.prefix.is_some()
             || self.finished_ms.is_bounded()
             || self.held.is_some()
             || self.group.is_some()
+            || self.priority.is_some()
     }
 
     /// Rows a page of `limit` reads at most, from all its index ranges together.
@@ -328,6 +340,9 @@ pub struct FoundReceipt {
     pub receipt_id: String,
     /// Its group (docs/groups.md).
     pub group: String,
+    /// Its priority within the group.
+    #[schema(minimum = -1000, maximum = 1000)]
+    pub priority: i64,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
     pub state: ReceiptState,
@@ -377,7 +392,7 @@ pub enum Source {
 pub const SEARCH_COLUMNS: &str = "receipt_id, finalized_at, NULL AS observation, status, \
      attempts, row_version, next_visible_at_ms, lease_owner, NULL AS lease_token, \
      lease_until_ms, failure_code, failure_sha256, NULL AS transcript_id, NULL AS skip_reason, \
-     finished_at_ms, held_at_ms, NULL AS cancel_reason, receipt_group";
+     finished_at_ms, held_at_ms, NULL AS cancel_reason, receipt_group, priority";
 
 /// A value bound to a search statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -564,6 +579,7 @@ fn found(row: &ReceiptRow, now: i64) -> StoreResult<FoundReceipt> {
     Ok(FoundReceipt {
         receipt_id: view.receipt_id,
         group: view.group,
+        priority: view.priority,
         finalized_at: view.finalized_at,
         state: view.state,
         attempts: view.attempts,

@@ -171,6 +171,10 @@ pub struct ReceiptView {
     pub receipt_id: String,
     /// Its group (docs/groups.md): `default` unless the producer named one.
     pub group: String,
+    /// Its priority within the group (docs/groups.md, "Priorities"):
+    /// -1000..=1000, higher first; 0 unless the producer gave one.
+    #[schema(minimum = -1000, maximum = 1000)]
+    pub priority: i64,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
     pub state: ReceiptState,

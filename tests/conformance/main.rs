@@ -25,6 +25,7 @@ mod counts;
 mod actions;
 mod feed;
 mod groups;
+mod priorities;
 mod search;
 mod stats;
 

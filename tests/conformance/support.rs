@@ -37,6 +37,7 @@ pub fn limit(n: usize) -> ClaimLimit {
 /// A receipt due now, with no observation.
 pub fn receipt(id: &str) -> NewReceipt {
     NewReceipt {
+        priority: settled::domain::Priority::default(),
         receipt_id: rid(id),
         finalized_at: FIN,
         observation: None,
@@ -52,6 +53,7 @@ pub fn receipt_with(
     visible: Option<u64>,
 ) -> NewReceipt {
     NewReceipt {
+        priority: settled::domain::Priority::default(),
         receipt_id: rid(id),
         finalized_at,
         observation,

@@ -181,6 +181,8 @@ async function receiptMatches(page, id) {
   const expected = (r) => {
     const facts = { state: r.state, attempts: String(r.attempts), finalized_at: String(r.finalized_at), row_version: String(r.row_version) };
     const opt = (key, value) => { if (value !== null && value !== undefined) facts[key] = String(value); };
+    opt("group", r.group);
+    opt("priority", r.priority);
     opt("next_visible_at_ms", r.next_visible_at_ms);
     opt("held_at_ms", r.held_at_ms);
     opt("lease_owner", r.lease?.owner);

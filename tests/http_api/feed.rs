@@ -352,6 +352,7 @@ async fn the_idle_timeout_does_not_cut_a_stream() {
     store
         .enqueue(
             &[settled::store::NewReceipt {
+                priority: settled::domain::Priority::default(),
                 receipt_id: settled::domain::ReceiptId::parse("r").unwrap(),
                 finalized_at: 1,
                 observation: None,

@@ -260,7 +260,83 @@ async fn operators_set_limits_that_claims_honour(fresh: Fresh) {
     s.stop().await;
 }
 
+async fn priorities_are_given_at_enqueue_shown_filtered_and_claimed_first(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    for (id, priority, visible) in [
+        ("low", -5, T0 - 300),
+        ("plain", 0, T0 - 200),
+        ("top", 1000, T0 - 100),
+    ] {
+        let body = json!({"receipt_id": id, "finalized_at": 7, "visible_at_ms": visible, "priority": priority});
+        s.post("/v1/receipts", body).await.ok(201);
+    }
+    s.enqueue("unranked").await;
+    assert_eq!(s.receipt("top").await["priority"], 1000);
+    assert_eq!(s.receipt("unranked").await["priority"], 0);
+    // Another priority is another receipt.
+    let again =
+        json!({"receipt_id": "top", "finalized_at": 7, "visible_at_ms": T0 - 100, "priority": 999});
+    s.post("/v1/receipts", again)
+        .await
+        .assert_problem(409, "receipt_conflict", "conflict");
+    for bad in [json!(1001), json!(-1001), json!(i64::MAX)] {
+        let body = json!({"receipt_id": "bad", "finalized_at": 7, "priority": bad});
+        s.post("/v1/receipts", body)
+            .await
+            .assert_problem(422, "invalid_priority", "validation");
+    }
+    for bad in [json!(1.5), json!("1"), json!(u64::MAX)] {
+        let body = json!({"receipt_id": "bad", "finalized_at": 7, "priority": bad});
+        s.post("/v1/receipts", body)
+            .await
+            .assert_problem(422, "invalid_body", "validation");
+    }
+    s.get("/v1/receipts/bad")
+        .await
+        .assert_problem(404, "receipt_not_found", "not_found");
+    let found = s.get("/v1/receipts?priority=-5").await.ok(200).clone();
+    let ids: Vec<&str> = found["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["receipt_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["low"]);
+    assert_eq!(found["receipts"][0]["priority"], -5);
+    for bad in ["priority=1001", "priority=x"] {
+        let code = if bad.ends_with('x') {
+            "invalid_query"
+        } else {
+            "invalid_priority"
+        };
+        s.get(&format!("/v1/receipts?{bad}"))
+            .await
+            .assert_problem(422, code, "validation");
+    }
+    // Highest first, then oldest due; the claim shows the priority and is
+    // taken back with it.
+    let claims = s.claim("w", 3).await;
+    let order: Vec<(&str, i64)> = claims
+        .iter()
+        .map(|c| {
+            (
+                c["receipt_id"].as_str().unwrap(),
+                c["priority"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(order, [("top", 1000), ("plain", 0), ("unranked", 0)]);
+    s.outcome(
+        &claims[0],
+        json!({"kind": "accepted", "transcript_id": "t-1"}),
+    )
+    .await
+    .ok(200);
+    s.stop().await;
+}
+
 crate::on_every_backend!(
     groups_are_named_at_enqueue_shown_and_shared_out,
+    priorities_are_given_at_enqueue_shown_filtered_and_claimed_first,
     operators_set_limits_that_claims_honour,
 );

@@ -54,12 +54,13 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
             Op::Enqueue(items) => {
                 let receipts: Vec<NewReceipt> = items
                     .iter()
-                    .map(|&(id, fin, obs, vis)| NewReceipt {
+                    .map(|&(id, fin, obs, vis, prio)| NewReceipt {
                         receipt_id: ReceiptId::parse(IDS[usize::from(id)]).unwrap(),
                         finalized_at: FIN[usize::from(fin)],
                         observation: observation(obs),
                         visible_at_ms: vis.map(|d| now.saturating_add_signed(d)),
                         group: settled::domain::GroupName::default_group(),
+                        priority: Priority::parse(PRIORITIES[usize::from(prio)]).unwrap(),
                     })
                     .collect();
                 let got = store.enqueue(&receipts, now).await.unwrap();

@@ -8,6 +8,8 @@ use settled::domain::*;
 pub const T0: u64 = 1_000_000;
 pub const FIN: [u64; 2] = [1_700_000_000, 1_700_000_001];
 pub const IDS: [&str; 4] = ["r0", "r1", "r2", "r3"];
+/// The priorities an enqueue chooses from (mostly the default).
+pub const PRIORITIES: [i64; 4] = [0, 0, 7, -3];
 pub const CODES: [SettlementFailureCode; 4] = [
     SettlementFailureCode::Rpc,
     SettlementFailureCode::Backend,
@@ -86,7 +88,7 @@ impl Kind {
 
 #[derive(Debug, Clone)]
 pub enum Op {
-    Enqueue(Vec<(u8, u8, u8, Option<i64>)>),
+    Enqueue(Vec<(u8, u8, u8, Option<i64>, u8)>),
     ClaimDue {
         worker: u8,
         lease: u64,
@@ -180,10 +182,16 @@ pub fn kind() -> impl Strategy<Value = Kind> {
     ]
 }
 
-pub fn enqueue_item() -> impl Strategy<Value = (u8, u8, u8, Option<i64>)> {
+pub fn enqueue_item() -> impl Strategy<Value = (u8, u8, u8, Option<i64>, u8)> {
     let fin = prop_oneof![6 => Just(0u8), 1 => Just(1u8)];
     let obs = prop_oneof![4 => Just(0u8), 1 => 1..5u8];
-    (0..4u8, fin, obs, prop::option::of(-500i64..1500))
+    (
+        0..4u8,
+        fin,
+        obs,
+        prop::option::of(-500i64..1500),
+        0..PRIORITIES.len() as u8,
+    )
 }
 
 /// A case: a first enqueue (so that there is work), then random operations.

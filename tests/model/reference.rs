@@ -34,6 +34,7 @@ pub struct Row {
     pub lease: Option<(String, String, u64)>,
     pub last_failure: Option<(SettlementFailureCode, String)>,
     pub history: Vec<HistoryEntry>,
+    pub priority: i64,
 }
 
 pub type Answer<T> = Result<T, StoreErrorClass>;
@@ -154,6 +155,7 @@ impl Row {
             observation: self.observation.clone(),
             history: self.history.clone(),
             group: "default".into(),
+            priority: self.priority,
         }
     }
 }
@@ -164,7 +166,8 @@ impl Model {
         if let Some(row) = self.rows.get(id) {
             let null = |o: &Option<Value>| o.clone().filter(|v| !v.is_null());
             let same = row.finalized_at == r.finalized_at
-                && null(&row.observation) == null(&r.observation);
+                && null(&row.observation) == null(&r.observation)
+                && row.priority == r.priority.get();
             return if same {
                 Enqueued::Existing
             } else {
@@ -181,6 +184,7 @@ impl Model {
             lease: None,
             last_failure: None,
             history: Vec::new(),
+            priority: r.priority.get(),
         };
         self.rows.insert(id.into(), row);
         Enqueued::Created
@@ -204,13 +208,15 @@ impl Model {
             },
             observation: row.observation.clone(),
             group: GroupName::default_group(),
+            priority: Priority::parse(row.priority).unwrap(),
             after_expiry,
         }
     }
 
     pub fn due(&self, now: u64, limit: usize) -> Vec<String> {
         let mut due: Vec<_> = self.rows.iter().filter(|(_, r)| r.claimable(now)).collect();
-        due.sort_by_key(|(id, r)| (r.next_visible, (*id).clone()));
+        // Highest priority first, then oldest due (docs/groups.md).
+        due.sort_by_key(|(id, r)| (std::cmp::Reverse(r.priority), r.next_visible, (*id).clone()));
         due.into_iter()
             .take(limit)
             .map(|(id, _)| id.clone())
@@ -321,6 +327,7 @@ impl Model {
             },
             observation: row.observation.clone(),
             group: GroupName::default_group(),
+            priority: Priority::parse(row.priority).unwrap(),
             after_expiry: false,
         })
     }

@@ -713,6 +713,13 @@ export interface components {
              */
             lease_until_ms: number;
             observation?: components["schemas"]["Observation"] | null;
+            /**
+             * Format: int64
+             * @description The receipt's priority within its group. Not compared when the claim
+             *     is sent back.
+             * @default 0
+             */
+            priority: number;
             /** @description The receipt claimed. */
             receipt_id: string;
             /**
@@ -863,6 +870,8 @@ export interface components {
             held?: boolean | null;
             owner?: string | null;
             prefix?: string | null;
+            /** Format: int64 */
+            priority?: number | null;
             state?: components["schemas"]["StateFilter"] | null;
         };
         /** @description A receipt as a search returns it (never its lease token or observation). */
@@ -896,6 +905,11 @@ export interface components {
              * @description When the receipt is next due (server ms); null once finished.
              */
             next_visible_at_ms?: number | null;
+            /**
+             * Format: int64
+             * @description Its priority within the group.
+             */
+            priority: number;
             receipt_id: string;
             state: components["schemas"]["ReceiptState"];
         };
@@ -1171,7 +1185,7 @@ export interface components {
          *     explained, with what a client should do, in docs/troubleshooting.md.
          * @enum {string}
          */
-        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
+        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
         /**
          * @description A token bucket: `per_second` claims per second on average, at most
          *     `burst` at once.
@@ -1228,6 +1242,15 @@ export interface components {
              */
             group?: string | null;
             observation?: components["schemas"]["Observation"] | null;
+            /**
+             * Format: int64
+             * @description Its priority within its group (docs/groups.md, "Priorities"):
+             *     -1000..=1000, higher first; default 0. Of the due receipts of a group,
+             *     a claim takes the highest priority first, then the oldest due; groups
+             *     are shared out as without priorities. Part of the receipt's identity.
+             * @default 0
+             */
+            priority: number | null;
             /** @description 1..=512 UTF-8 bytes, no control characters, not `.` or `..`. */
             receipt_id: string;
             /**
@@ -1286,6 +1309,12 @@ export interface components {
              */
             next_visible_at_ms?: number | null;
             observation?: components["schemas"]["Observation"] | null;
+            /**
+             * Format: int64
+             * @description Its priority within the group (docs/groups.md, "Priorities"):
+             *     -1000..=1000, higher first; 0 unless the producer gave one.
+             */
+            priority: number;
             receipt_id: string;
             /**
              * Format: int64
@@ -2392,6 +2421,8 @@ export interface operations {
                 held?: boolean;
                 /** @description Only receipts of this group (docs/groups.md). */
                 group?: string;
+                /** @description Only receipts of this priority (-1000..=1000). */
+                priority?: number;
                 /** @description `newest` (default) or `oldest` `finalized_at` first. */
                 order?: components["schemas"]["SearchOrder"];
                 /** @description Receipts per page: 1..=500, default 50. */

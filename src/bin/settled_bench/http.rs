@@ -188,6 +188,7 @@ impl Api {
                             observation: Some(serde_json::json!({"amount_cents": i})),
                             visible_at_ms,
                             group: ids.group(i),
+                            priority: None,
                         })
                         .collect();
                     let body = serde_json::json!({ "receipts": receipts });

@@ -61,6 +61,7 @@ pub async fn enqueue(
                                 || Ok(GroupName::default_group()),
                                 |g| GroupName::parse(&g),
                             )?,
+                            priority: settled::domain::Priority::default(),
                         })
                     })
                     .collect::<Res<Vec<_>>>()?;

@@ -15,24 +15,56 @@ use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, 
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
-/// Lease each group's first due rows, `$3[g]` of group `$2[g]`, skipping
-/// rows other transactions hold, numbered in round-robin order (each
-/// group's first, then each group's second, …; within a round oldest due
-/// first). Each claim position has its owner, token (made in Rust) and
-/// deadline (`$4`, `$5`, `$6`), so that the batch claims of several workers
-/// can share the statement. An out-of-range version is left as it is, for
-/// Rust to refuse before commit.
+/// The priorities in use among the claimable rows of each group `$2[g]`
+/// (with its depth or quota `$3[g]` and position `n`), highest first: one
+/// probe of `receipts_due` per priority (a loose index scan), so that each
+/// is then read as its own index range `(group, priority, due <= now)`,
+/// which ends at the first row not yet due.
+macro_rules! group_levels {
+    () => {
+        "WITH RECURSIVE q AS (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
+           AS q (name, quota, n)), \
+         levels (n, name, quota, p) AS (SELECT n, name, quota, (SELECT priority FROM receipts \
+           WHERE receipt_group = q.name AND status = 'active' AND held_at_ms IS NULL \
+           ORDER BY priority DESC LIMIT 1) FROM q \
+           UNION ALL SELECT n, name, quota, (SELECT priority FROM receipts \
+           WHERE receipt_group = l.name AND status = 'active' AND held_at_ms IS NULL \
+           AND priority < l.p ORDER BY priority DESC LIMIT 1) FROM levels AS l \
+           WHERE l.p IS NOT NULL), "
+    };
+}
+
+/// The first due rows of one priority `l.p` of a group, in claim order.
+macro_rules! level_due {
+    () => {
+        "FROM receipts WHERE receipt_group = l.name AND priority = l.p AND status = 'active' \
+         AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
+         AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+         ORDER BY next_visible_at_ms, receipt_id LIMIT l.quota"
+    };
+}
+
+/// Lease each group's first due rows, `$3[g]` of group `$2[g]` (highest
+/// priority first, then oldest due), skipping rows other transactions hold,
+/// numbered in round-robin order (each group's first, then each group's
+/// second, …; within a round oldest due first). Each claim position has its
+/// owner, token (made in Rust) and deadline (`$4`, `$5`, `$6`), so that the
+/// batch claims of several workers can share the statement. An
+/// out-of-range version is left as it is, for Rust to refuse before commit.
+/// With several priorities due in a group, rows of a lower one may be
+/// locked and left as they are until commit (each priority is read up to
+/// the quota).
 const CLAIM_DUE: &str = concat!(
-    "WITH locked AS (SELECT r.*, q.n AS grp FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
-       AS q (name, quota, n) CROSS JOIN LATERAL (SELECT receipt_id, row_version, \
-       next_visible_at_ms, lease_until_ms FROM receipts WHERE receipt_group = q.name \
-       AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
-       AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-       ORDER BY next_visible_at_ms, receipt_id LIMIT q.quota FOR UPDATE SKIP LOCKED) AS r), \
+    group_levels!(),
+    "locked AS (SELECT d.*, l.n AS grp, l.quota FROM levels AS l CROSS JOIN LATERAL \
+       (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
+    level_due!(),
+    " FOR UPDATE SKIP LOCKED) AS d WHERE l.p IS NOT NULL), \
      ranked AS (SELECT *, row_number() OVER (PARTITION BY grp \
-       ORDER BY next_visible_at_ms, receipt_id) AS round FROM locked), \
+       ORDER BY priority DESC, next_visible_at_ms, receipt_id) AS round FROM locked), \
      picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, lease_until_ms AS prior_until, \
-       row_number() OVER (ORDER BY round, next_visible_at_ms, receipt_id) AS pick FROM ranked) \
+       row_number() OVER (ORDER BY round, next_visible_at_ms, receipt_id) AS pick FROM ranked \
+       WHERE round <= quota) \
      UPDATE receipts SET row_version = CASE WHEN prior_version BETWEEN 0 AND 9223372036854775806 \
        THEN prior_version + 1 ELSE prior_version END, \
        lease_owner = slot_owner, lease_token = slot_token, lease_until_ms = slot_until \
@@ -42,14 +74,16 @@ const CLAIM_DUE: &str = concat!(
     pg_receipt_columns!()
 );
 
-/// Each group's first `$3[g]` due rows of group `$2[g]`, unlocked: what a
-/// fair claim reads to share itself out before it leases.
-const READ_DUE: &str = "SELECT q.n - 1 AS grp, r.receipt_id, r.next_visible_at_ms \
-     FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY AS q (name, depth, n) \
-     CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms FROM receipts \
-       WHERE receipt_group = q.name AND status = 'active' AND held_at_ms IS NULL \
-       AND next_visible_at_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-       ORDER BY next_visible_at_ms, receipt_id LIMIT q.depth) AS r";
+/// Each group's first `$3[g]` due rows of each priority of group `$2[g]`,
+/// unlocked: what a fair claim reads to share itself out before it leases
+/// (cut to each group's first `$3[g]` in Rust).
+const READ_DUE: &str = concat!(
+    group_levels!(),
+    "d AS (SELECT l.n - 1 AS grp, receipt_id, next_visible_at_ms, priority FROM levels AS l \
+       CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms, priority ",
+    level_due!(),
+    ") AS r WHERE l.p IS NOT NULL) SELECT grp, receipt_id, next_visible_at_ms, priority FROM d"
+);
 
 /// The groups a claim may take from: `$1` (all when empty), by name.
 const GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
@@ -161,14 +195,18 @@ async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<V
             .iter()
             .map(|&(_, d)| i64::try_from(d).unwrap_or(i64::MAX))
             .collect();
-        let rows: Vec<(i64, String, i64)> = sqlx::query_as(READ_DUE)
+        let mut rows: Vec<(i64, String, i64, i16)> = sqlx::query_as(READ_DUE)
             .bind(now)
             .bind(&names)
             .bind(&depths)
             .fetch_all(&mut **tx)
             .await?;
+        // Each group's rows in claim order: highest priority, then oldest due.
+        rows.sort_by(|a, b| {
+            (a.0, std::cmp::Reverse(a.3), a.2, &a.1).cmp(&(b.0, std::cmp::Reverse(b.3), b.2, &b.1))
+        });
         let mut found: Vec<Vec<Candidate>> = vec![Vec::new(); reads.len()];
-        for (i, receipt_id, next_visible_at_ms) in rows {
+        for (i, receipt_id, next_visible_at_ms, _) in rows {
             if let Some(f) = usize::try_from(i).ok().and_then(|i| found.get_mut(i)) {
                 f.push(Candidate {
                     receipt_id,
@@ -176,7 +214,8 @@ async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<V
                 });
             }
         }
-        for (&(g, depth), due) in reads.iter().zip(found) {
+        for (&(g, depth), mut due) in reads.iter().zip(found) {
+            due.truncate(usize::try_from(depth).unwrap_or(usize::MAX));
             fair.read(g, depth, due);
         }
     }

@@ -10,7 +10,7 @@ use super::lookup::{json, receipt_row, rows_by_id};
 use crate::domain::{Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, StoreError, WorkerId};
 use crate::store::StoreResult;
 use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
-use crate::store::rows::{ReceiptRow, receipt_columns};
+use crate::store::rows::ReceiptRow;
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
 
@@ -102,27 +102,63 @@ pub fn live_leased(
         .collect())
 }
 
-/// The first `?3` due receipts of each group named in `?1` (a JSON array;
-/// `key` is the position in it): only the keys, in one statement, so that
-/// a claim over many groups costs one call, not one per group (the rows it
-/// takes are read whole afterwards). `CAST` on the limit: a bare bound
-/// `LIMIT` makes SQLite prepare the statement again every call.
-const PICK_DUE: &str = "SELECT q.key, r.receipt_id, r.next_visible_at_ms \
-     FROM json_each(?1) AS q, receipts AS r WHERE r.receipt_id IN \
-     (SELECT receipt_id FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
-       AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
-       AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
-       ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))";
+/// The priorities in use among the claimable rows of each group named in
+/// `?1` (a JSON array; `key` is the position in it), highest first: one
+/// probe of `receipts_due` per priority (a loose index scan), so that each
+/// is then read as its own index range `(group, priority, due <= now)`,
+/// which ends at the first row not yet due.
+macro_rules! group_levels {
+    () => {
+        "WITH RECURSIVE levels (key, name, p) AS (SELECT q.key, q.value, \
+           (SELECT priority FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
+           AND status = 'active' AND held_at_ms IS NULL ORDER BY priority DESC LIMIT 1) \
+           FROM json_each(?1) AS q \
+           UNION ALL SELECT l.key, l.name, (SELECT priority FROM receipts INDEXED BY receipts_due \
+           WHERE receipt_group = l.name AND status = 'active' AND held_at_ms IS NULL \
+           AND priority < l.p ORDER BY priority DESC LIMIT 1) FROM levels AS l \
+           WHERE l.p IS NOT NULL) "
+    };
+}
 
-/// One group's first `?2` due rows, whole, in claim order.
-const PICK_ONE_GROUP: &str = concat!(
-    "SELECT ",
-    receipt_columns!(),
-    " FROM receipts INDEXED BY receipts_due WHERE receipt_group = ?1 AND status = 'active' \
-     AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
-     AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
-     ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER)"
+/// The first `?3` due rows of each priority of each group of `levels`.
+macro_rules! level_due {
+    () => {
+        "FROM levels AS l, receipts AS r WHERE l.p IS NOT NULL AND r.receipt_id IN \
+         (SELECT receipt_id FROM receipts INDEXED BY receipts_due WHERE receipt_group = l.name \
+           AND priority = l.p AND status = 'active' AND held_at_ms IS NULL \
+           AND next_visible_at_ms <= ?2 AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
+           ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))"
+    };
+}
+
+/// The first `?3` due receipts of each priority of each group named in
+/// `?1`: only the keys, in one statement, so that a claim over many groups
+/// costs one call, not one per group (the rows it takes are read whole
+/// afterwards); cut to each group's first `?3` in Rust. `CAST` on the
+/// limit: a bare bound `LIMIT` makes SQLite prepare the statement again
+/// every call.
+const PICK_DUE: &str = concat!(
+    group_levels!(),
+    "SELECT l.key, r.receipt_id, r.next_visible_at_ms, r.priority ",
+    level_due!()
 );
+
+/// One group's (`?1`, a JSON array of one name) first `?3` due rows of each
+/// priority, whole (cut to the first `?3` in claim order in Rust).
+const PICK_ONE_GROUP: &str = concat!(
+    group_levels!(),
+    "SELECT ",
+    "r.receipt_id, r.finalized_at, r.observation, r.status, r.attempts, r.row_version, \
+     r.next_visible_at_ms, r.lease_owner, r.lease_token, r.lease_until_ms, r.failure_code, \
+     r.failure_sha256, r.transcript_id, r.skip_reason, r.finished_at_ms, r.held_at_ms, \
+     r.cancel_reason, r.receipt_group, r.priority ",
+    level_due!()
+);
+
+/// Claim order within a group: highest priority, then oldest due.
+fn claim_order(priority: i16, next_visible_at_ms: i64, receipt_id: &str) -> impl Ord + '_ {
+    (std::cmp::Reverse(priority), next_visible_at_ms, receipt_id)
+}
 
 fn group_rows(
     conn: &Connection,
@@ -131,12 +167,25 @@ fn group_rows(
     depth: u64,
 ) -> StoreResult<Vec<ReceiptRow>> {
     let mut stmt = conn.prepare_cached(PICK_ONE_GROUP)?;
-    let rows = stmt
+    let mut rows: Vec<ReceiptRow> = stmt
         .query_map(
-            rusqlite::params![group, now, i64::try_from(depth).unwrap_or(i64::MAX)],
+            rusqlite::params![
+                json(&[group])?,
+                now,
+                i64::try_from(depth).unwrap_or(i64::MAX)
+            ],
             receipt_row,
         )?
         .collect::<Result<_, _>>()?;
+    let key = |r: &ReceiptRow| r.next_visible_at_ms.unwrap_or_default();
+    rows.sort_by(|a, b| {
+        claim_order(a.priority, key(a), &a.receipt_id).cmp(&claim_order(
+            b.priority,
+            key(b),
+            &b.receipt_id,
+        ))
+    });
+    rows.truncate(usize::try_from(depth).unwrap_or(usize::MAX));
     Ok(rows)
 }
 
@@ -153,7 +202,7 @@ fn read_due(
         .map(|&(g, _)| fair.groups[g].name.as_str())
         .collect();
     let deepest = reads.iter().map(|&(_, d)| d).max().unwrap_or(0);
-    let mut found: Vec<Vec<Candidate>> = vec![Vec::new(); reads.len()];
+    let mut found: Vec<Vec<(i16, Candidate)>> = vec![Vec::new(); reads.len()];
     {
         let mut stmt = conn.prepare_cached(PICK_DUE)?;
         let rows = stmt.query_map(
@@ -165,6 +214,7 @@ fn read_due(
             |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
+                    r.get::<_, i16>(3)?,
                     Candidate {
                         receipt_id: r.get(1)?,
                         next_visible_at_ms: r.get(2)?,
@@ -173,18 +223,22 @@ fn read_due(
             },
         )?;
         for row in rows {
-            let (i, candidate) = row?;
+            let (i, priority, candidate) = row?;
             if let Some(f) = usize::try_from(i).ok().and_then(|i| found.get_mut(i)) {
-                f.push(candidate);
+                f.push((priority, candidate));
             }
         }
     }
     for (&(g, depth), mut due) in reads.iter().zip(found) {
-        due.sort_by(|a, b| {
-            (a.next_visible_at_ms, &a.receipt_id).cmp(&(b.next_visible_at_ms, &b.receipt_id))
+        due.sort_by(|(pa, a), (pb, b)| {
+            claim_order(*pa, a.next_visible_at_ms, &a.receipt_id).cmp(&claim_order(
+                *pb,
+                b.next_visible_at_ms,
+                &b.receipt_id,
+            ))
         });
         due.truncate(usize::try_from(depth).unwrap_or(usize::MAX));
-        fair.read(g, depth, due);
+        fair.read(g, depth, due.into_iter().map(|(_, c)| c).collect());
     }
     Ok(())
 }

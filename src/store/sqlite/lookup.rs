@@ -32,6 +32,7 @@ pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         held_at_ms: r.get(15)?,
         cancel_reason: r.get(16)?,
         receipt_group: r.get(17)?,
+        priority: r.get(18)?,
     })
 }
 

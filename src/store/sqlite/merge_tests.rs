@@ -66,6 +66,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
     let store: std::sync::Arc<SqliteStore> = std::sync::Arc::new(store);
     let receipts: Vec<NewReceipt> = (0..8)
         .map(|i| NewReceipt {
+            priority: crate::domain::Priority::default(),
             receipt_id: ReceiptId::parse(&format!("r-{i}")).unwrap(),
             finalized_at: 1,
             observation: None,
@@ -154,6 +155,7 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let receipt = NewReceipt {
+                priority: crate::domain::Priority::default(),
                 receipt_id: ReceiptId::parse(&format!("e-{i}")).unwrap(),
                 // Past SQLite's signed range for one request only: the merged
                 // insert fails, and only this request may fail with it.
@@ -189,6 +191,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         "{panicked:?}"
     );
     let receipt = NewReceipt {
+        priority: crate::domain::Priority::default(),
         receipt_id: ReceiptId::parse("after-the-panic").unwrap(),
         finalized_at: 1,
         observation: None,
@@ -221,6 +224,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     let queued = store.clone();
     let enqueue = tokio::spawn(async move {
         let receipt = NewReceipt {
+            priority: crate::domain::Priority::default(),
             receipt_id: ReceiptId::parse("in-the-dropped-group").unwrap(),
             finalized_at: 1,
             observation: None,
@@ -239,6 +243,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     let id = ReceiptId::parse("in-the-dropped-group").unwrap();
     assert_eq!(store.receipt(&id, NOW).await.unwrap(), None, "and not kept");
     let again = NewReceipt {
+        priority: crate::domain::Priority::default(),
         receipt_id: id.clone(),
         finalized_at: 1,
         observation: None,
@@ -279,6 +284,7 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
     store.set_group(&group, &limits, NOW).await.expect("limits");
     let receipts: Vec<NewReceipt> = (0..2)
         .map(|i| NewReceipt {
+            priority: crate::domain::Priority::default(),
             receipt_id: ReceiptId::parse(&format!("g-{i}")).unwrap(),
             finalized_at: 1,
             observation: None,

@@ -75,6 +75,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             visible,
             now,
             receipt.group.as_str(),
+            receipt.priority.get(),
         ));
     }
     let rows = json(&rows)?;
@@ -84,9 +85,9 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     let mut created: HashSet<String> = {
         let mut stmt = conn.prepare_cached(
             "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-             row_version, next_visible_at_ms, created_at_ms, receipt_group) \
+             row_version, next_visible_at_ms, created_at_ms, receipt_group, priority) \
              SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
-             value ->> 4, value ->> 5 FROM jsonb_each(?1) WHERE true ORDER BY key \
+             value ->> 4, value ->> 5, value ->> 6 FROM jsonb_each(?1) WHERE true ORDER BY key \
              ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
         )?;
         stmt.query_map([&rows], |r| r.get(0))?

@@ -160,9 +160,15 @@ class AsyncClient:
         *,
         group: str | None = None,
         visible_at_ms: int | None = None,
+        priority: int | None = None,
     ) -> s.ReceiptSummary:
-        """Enqueue one receipt (201 new, 200 identical; a different one raises 409 receipt_conflict)."""
+        """Enqueue one receipt (201 new, 200 identical; a different one raises 409 receipt_conflict).
+
+        `priority` (-1000..=1000, default 0) orders due receipts within their group, highest first.
+        """
         body = _receipt(receipt_id, finalized_at, observation, group, visible_at_ms)
+        if priority is not None:
+            body["priority"] = priority
         method, path = _path("v1.receipts.create")
         return cast(s.ReceiptSummary, await self.request(method, path, body, idempotent=True))
 

@@ -25,7 +25,7 @@ const INSERT: &str = "INSERT INTO receipts (receipt_id, finalized_at, observatio
 /// Lock and lease the oldest due rows that no one else holds; tokens pair
 /// with rows by position.
 const CLAIM: &str = "WITH picked AS (SELECT receipt_id FROM receipts \
-       WHERE receipt_group = 'default' AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
+       WHERE receipt_group = 'default' AND priority = 0 AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
        AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
        ORDER BY next_visible_at_ms, receipt_id LIMIT $2 FOR UPDATE SKIP LOCKED), \
      numbered AS (SELECT receipt_id AS pick_id, row_number() OVER () AS n FROM picked) \

@@ -25,7 +25,7 @@ const INSERT: &str = "INSERT INTO receipts (receipt_id, finalized_at, observatio
 
 /// The oldest due rows, in claim order, on the claim index.
 const PICK: &str = "SELECT receipt_id, attempts FROM receipts INDEXED BY receipts_due \
-     WHERE receipt_group = 'default' AND status = 'active' AND held_at_ms IS NULL \
+     WHERE receipt_group = 'default' AND priority = 0 AND status = 'active' AND held_at_ms IS NULL \
      AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
      ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
 

@@ -1,0 +1,167 @@
+//! Priorities (docs/groups.md, "Priorities"): within a group a claim takes
+//! the highest priority first, then the oldest due; groups are shared out
+//! as without them; the priority is part of the receipt's identity and
+//! shown wherever the receipt is.
+
+use settled::domain::{GroupName, Priority};
+use settled::store::{Enqueued, NewReceipt, ReceiptFilter, SearchOrder, SearchPage};
+
+use super::support::*;
+use crate::common::Fresh;
+
+/// Receipt `id` of `group` with priority `priority`, due at `visible`.
+fn ranked(id: &str, group: &str, priority: i64, visible: u64) -> NewReceipt {
+    NewReceipt {
+        group: GroupName::parse(group).expect("group"),
+        priority: Priority::parse(priority).expect("priority"),
+        ..receipt_with(id, FIN, None, Some(visible))
+    }
+}
+
+/// The ids one batch claim of `n` hands out, in the order it hands them out.
+async fn claim_ids(fresh: &Fresh, n: usize, now: u64) -> Vec<String> {
+    store(fresh)
+        .claim_from(&worker("w"), now, lease(600_000), limit(n), &[])
+        .await
+        .expect("claim")
+        .claims
+        .into_iter()
+        .map(|c| c.receipt_id.as_str().to_owned())
+        .collect()
+}
+
+async fn within_a_group_the_highest_priority_comes_first(fresh: Fresh) {
+    enqueue_new(
+        &fresh,
+        &[
+            ranked("old-low", "default", -1, T0 - 5_000),
+            ranked("old-plain", "default", 0, T0 - 3_000),
+            ranked("new-high", "default", 5, T0 - 1_000),
+            ranked("older-high", "default", 5, T0 - 2_000),
+            ranked("later-top", "default", 9, T0 + 60_000),
+        ],
+        T0,
+    )
+    .await;
+    // Highest first, oldest due within a priority; one not yet due waits
+    // whatever its priority.
+    assert_eq!(claim_ids(&fresh, 2, T0).await, ["older-high", "new-high"]);
+    assert_eq!(claim_ids(&fresh, 10, T0).await, ["old-plain", "old-low"]);
+    assert!(claim_ids(&fresh, 10, T0).await.is_empty());
+    assert_eq!(claim_ids(&fresh, 10, T0 + 60_000).await, ["later-top"]);
+}
+
+async fn many_rows_not_yet_due_at_a_high_priority_do_not_hide_due_work(fresh: Fresh) {
+    let later: Vec<NewReceipt> = (0..300)
+        .map(|i| ranked(&format!("later-{i:03}"), "default", 1000, T0 + 60_000 + i))
+        .collect();
+    enqueue_new(&fresh, &later, T0).await;
+    enqueue_new(
+        &fresh,
+        &[
+            ranked("due-a", "default", 3, T0 - 10),
+            ranked("due-b", "default", -1000, T0 - 20),
+        ],
+        T0,
+    )
+    .await;
+    assert_eq!(claim_ids(&fresh, 5, T0).await, ["due-a", "due-b"]);
+}
+
+async fn priorities_do_not_change_how_groups_share_a_claim(fresh: Fresh) {
+    let mut receipts = Vec::new();
+    for i in 0..4 {
+        receipts.push(ranked(&format!("a-top-{i}"), "rail:a", 50, T0 - 100 + i));
+        receipts.push(ranked(&format!("a-low-{i}"), "rail:a", 0, T0 - 1_000 + i));
+        receipts.push(ranked(&format!("b-{i}"), "rail:b", 0, T0 - 50 + i));
+    }
+    enqueue_new(&fresh, &receipts, T0).await;
+    let got = claim_ids(&fresh, 4, T0).await;
+    let mut from_a: Vec<&str> = got
+        .iter()
+        .map(String::as_str)
+        .filter(|id| id.starts_with("a-"))
+        .collect();
+    from_a.sort_unstable();
+    let from_b = got.iter().filter(|id| id.starts_with("b-")).count();
+    // Round robin: two each; group a gives its highest priority first.
+    assert_eq!(from_b, 2, "{got:?}");
+    assert_eq!(from_a, ["a-top-0", "a-top-1"], "{got:?}");
+    // A claim of one group only takes the same order.
+    let a_only = store(&fresh)
+        .claim_from(
+            &worker("w"),
+            T0,
+            lease(600_000),
+            limit(3),
+            &[GroupName::parse("rail:a").unwrap()],
+        )
+        .await
+        .unwrap();
+    let ids: Vec<&str> = a_only
+        .claims
+        .iter()
+        .map(|c| c.receipt_id.as_str())
+        .collect();
+    assert_eq!(ids, ["a-top-2", "a-top-3", "a-low-0"]);
+}
+
+async fn the_priority_is_part_of_the_identity_and_shown(fresh: Fresh) {
+    let s = store(&fresh);
+    enqueue_new(
+        &fresh,
+        &[ranked("r", "default", 7, T0), receipt("plain")],
+        T0,
+    )
+    .await;
+    assert_eq!(
+        s.enqueue(&[ranked("r", "default", 7, T0)], T0)
+            .await
+            .unwrap(),
+        vec![Enqueued::Existing]
+    );
+    assert_eq!(
+        s.enqueue(&[ranked("r", "default", 8, T0)], T0)
+            .await
+            .unwrap(),
+        vec![Enqueued::Conflict],
+        "another priority is another receipt"
+    );
+    assert_eq!(
+        s.enqueue(&[receipt("r")], T0).await.unwrap(),
+        vec![Enqueued::Conflict]
+    );
+    assert_eq!(view(&fresh, "r", T0).await.priority, 7);
+    assert_eq!(view(&fresh, "plain", T0).await.priority, 0);
+    let c = claim(&fresh, "r", "w", T0, 1_000).await;
+    assert_eq!(c.priority.get(), 7);
+    let page = SearchPage {
+        order: SearchOrder::Oldest,
+        limit: 10,
+        after: None,
+    };
+    let found = s
+        .find_receipts(
+            &ReceiptFilter {
+                priority: Some(Priority::parse(7).unwrap()),
+                ..ReceiptFilter::default()
+            },
+            &page,
+            T0,
+        )
+        .await
+        .unwrap();
+    let ids: Vec<(&str, i64)> = found
+        .receipts
+        .iter()
+        .map(|r| (r.receipt_id.as_str(), r.priority))
+        .collect();
+    assert_eq!(ids, [("r", 7)]);
+}
+
+crate::on_every_backend!(
+    within_a_group_the_highest_priority_comes_first,
+    many_rows_not_yet_due_at_a_high_priority_do_not_hide_due_work,
+    priorities_do_not_change_how_groups_share_a_claim,
+    the_priority_is_part_of_the_identity_and_shown,
+);
