@@ -56,6 +56,10 @@ pub enum LogFormat {
     Json,
 }
 
+/// Default of `--max-connections`: with the usual soft limit of 1024 open
+/// files this leaves room for the database, logs and a margin.
+pub const MAX_CONNECTIONS: usize = 512;
+
 /// Options of the HTTP service.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -122,7 +126,7 @@ pub struct ServeArgs {
     /// Most connections open at once (1..=1000000). At the cap a new connection closes the one
     /// idle longest; when every connection has a request running it is closed at once. Keep the
     /// open-files limit (`ulimit -n`) above this plus 64.
-    #[arg(long, env = "SETTLED_MAX_CONNECTIONS", default_value_t = crate::server::MAX_CONNECTIONS,
+    #[arg(long, env = "SETTLED_MAX_CONNECTIONS", default_value_t = MAX_CONNECTIONS,
         value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     pub max_connections: usize,
     /// Most history event streams (`GET /v1/history` as `text/event-stream`) open at once,
@@ -202,16 +206,6 @@ impl ServeArgs {
             self.backoff_multiplier,
             self.backoff_cap_ms,
         )
-    }
-
-    /// Connection limits.
-    #[must_use]
-    pub fn limits(&self) -> crate::server::Limits {
-        crate::server::Limits {
-            idle_timeout: self.idle_timeout,
-            max_connections: self.max_connections,
-            ..crate::server::Limits::default()
-        }
     }
 
     /// The caps on event streams; refused when they would leave no room for

@@ -116,7 +116,12 @@ pub async fn run(
         tracing::info!("shutting down: finishing requests in flight");
         let _ = tx.send(true);
     };
-    serve_with(listener, state, stop, args.limits())
+    let limits = Limits {
+        idle_timeout: args.idle_timeout,
+        max_connections: args.max_connections,
+        ..Limits::default()
+    };
+    serve_with(listener, state, stop, limits)
         .await
         .map_err(StartError::Serve)
 }
@@ -136,9 +141,7 @@ const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `--idle-timeout`.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Default of `--max-connections`: with the usual soft limit of 1024 open
-/// files this leaves room for the database, logs and a margin.
-pub const MAX_CONNECTIONS: usize = 512;
+pub use crate::config::MAX_CONNECTIONS;
 
 /// Longest pause of the accept loop after `accept` fails (out of file
 /// descriptors and the like).

@@ -53,7 +53,7 @@ pub struct ReceiptIn {
     /// a claim takes the highest priority first, then the oldest due; groups
     /// are shared out as without priorities. Part of the receipt's identity.
     #[serde(default)]
-    #[schema(minimum = -1000, maximum = 1000, default = 0)]
+    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: Option<i64>,
 }
 

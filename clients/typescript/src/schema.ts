@@ -1248,9 +1248,8 @@ export interface components {
              *     -1000..=1000, higher first; default 0. Of the due receipts of a group,
              *     a claim takes the highest priority first, then the oldest due; groups
              *     are shared out as without priorities. Part of the receipt's identity.
-             * @default 0
              */
-            priority: number | null;
+            priority?: number | null;
             /** @description 1..=512 UTF-8 bytes, no control characters, not `.` or `..`. */
             receipt_id: string;
             /**

@@ -8,9 +8,9 @@ use rusqlite::Connection;
 
 use super::lookup::{json, receipt_row, rows_by_id};
 use crate::domain::{Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, StoreError, WorkerId};
-use crate::store::StoreResult;
 use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
 use crate::store::rows::ReceiptRow;
+use crate::store::{StoreResult, rules};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
 
@@ -311,11 +311,51 @@ pub fn claim_due(
             .ok_or_else(|| StoreError::backend("a picked row was not read"))?;
         taken[g] += 1;
         // A failure fails the job, rolling back every lease of the batch.
-        claims.push(super::write::lease(conn, row, worker_id, now, until)?);
+        claims.push(lease(conn, row, worker_id, now, until)?);
     }
     spend(conn, &fair.spent(&taken))?;
     fair.pass_turn(turn, &taken);
     Ok(fair.answer(claims))
+}
+
+/// Lease one due row that was just read, checking that it is unchanged.
+/// No `RETURNING`: the claim is the row as read with what was set (SQLite
+/// collects `RETURNING` rows in a temporary table per statement).
+pub(super) fn lease(
+    conn: &Connection,
+    mut row: ReceiptRow,
+    worker_id: &WorkerId,
+    now: i64,
+    until: i64,
+) -> StoreResult<Claimed> {
+    let version = rules::next_row_version(row.row_version)?;
+    let token = rules::new_lease_token()?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
+             lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 \
+             AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?7 \
+             AND (lease_until_ms IS NULL OR lease_until_ms <= ?7)",
+        )?
+        .execute(rusqlite::params![
+            row.receipt_id,
+            row.row_version,
+            version,
+            worker_id.as_str(),
+            token,
+            until,
+            now
+        ])?;
+    if changed != 1 {
+        return Err(rules::changed_while_claimed());
+    }
+    row.row_version = version;
+    // A due row that still holds a lease holds an expired one.
+    let after_expiry = row.lease_until_ms.is_some();
+    row.lease_owner = Some(worker_id.as_str().to_owned());
+    row.lease_token = Some(token);
+    row.lease_until_ms = Some(until);
+    row.claimed(after_expiry)
 }
 
 /// Whether group `name`'s limits let a claim by id take one receipt now;

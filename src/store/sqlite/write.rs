@@ -136,46 +136,6 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     Ok(results)
 }
 
-/// Lease one due row that was just read, checking that it is unchanged.
-/// No `RETURNING`: the claim is the row as read with what was set (SQLite
-/// collects `RETURNING` rows in a temporary table per statement).
-pub(super) fn lease(
-    conn: &Connection,
-    mut row: ReceiptRow,
-    worker_id: &WorkerId,
-    now: i64,
-    until: i64,
-) -> StoreResult<Claimed> {
-    let version = rules::next_row_version(row.row_version)?;
-    let token = rules::new_lease_token()?;
-    let changed = conn
-        .prepare_cached(
-            "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
-             lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 \
-             AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?7 \
-             AND (lease_until_ms IS NULL OR lease_until_ms <= ?7)",
-        )?
-        .execute(rusqlite::params![
-            row.receipt_id,
-            row.row_version,
-            version,
-            worker_id.as_str(),
-            token,
-            until,
-            now
-        ])?;
-    if changed != 1 {
-        return Err(rules::changed_while_claimed());
-    }
-    row.row_version = version;
-    // A due row that still holds a lease holds an expired one.
-    let after_expiry = row.lease_until_ms.is_some();
-    row.lease_owner = Some(worker_id.as_str().to_owned());
-    row.lease_token = Some(token);
-    row.lease_until_ms = Some(until);
-    row.claimed(after_expiry)
-}
-
 /// Claim one receipt by id.
 pub fn claim_receipt(
     conn: &Connection,
@@ -195,7 +155,7 @@ pub fn claim_receipt(
             if let Err(paused) = super::groups::admit_one(conn, &row.receipt_group, now)? {
                 return Ok(ReceiptClaim::GroupLimited { paused });
             }
-            ReceiptClaim::Claimed(lease(conn, row, worker_id, now, until)?)
+            ReceiptClaim::Claimed(super::groups::lease(conn, row, worker_id, now, until)?)
         }
         _ => ReceiptClaim::NoActiveWork,
     })
