@@ -24,10 +24,9 @@ pub struct PriorityError;
 impl Priority {
     /// A priority from a request or a stored row.
     pub fn parse(value: i64) -> Result<Self, PriorityError> {
-        if (MIN_PRIORITY..=MAX_PRIORITY).contains(&value) {
-            i16::try_from(value).map(Self).map_err(|_| PriorityError)
-        } else {
-            Err(PriorityError)
+        match i16::try_from(value) {
+            Ok(v) if (MIN_PRIORITY..=MAX_PRIORITY).contains(&value) => Ok(Self(v)),
+            _ => Err(PriorityError),
         }
     }
 

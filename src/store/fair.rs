@@ -59,6 +59,12 @@ pub fn limits(
     })
 }
 
+/// Claim order within a group, on both backends: highest priority, then
+/// oldest due (docs/groups.md, "Priorities").
+pub fn claim_order(priority: i16, next_visible_at_ms: i64, receipt_id: &str) -> impl Ord + '_ {
+    (std::cmp::Reverse(priority), next_visible_at_ms, receipt_id)
+}
+
 impl<C> Default for DueClaims<C> {
     fn default() -> Self {
         Self {

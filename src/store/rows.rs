@@ -139,13 +139,13 @@ impl ReceiptRow {
         })
     }
 
-    /// The persisted claim, for rows that carry a lease.
-    /// The claim the row's lease stands for (live or expired), if it has one.
     /// The stored priority; one out of range is a corrupt record.
     pub fn priority(&self) -> StoreResult<Priority> {
         Priority::parse(i64::from(self.priority)).map_err(|_| corrupt("priority"))
     }
 
+    /// The persisted claim, for rows that carry a lease.
+    /// The claim the row's lease stands for (live or expired), if it has one.
     pub fn lease(&self) -> StoreResult<Option<Claim>> {
         let (Some(owner), Some(token), Some(until)) =
             (&self.lease_owner, &self.lease_token, self.lease_until_ms)

@@ -346,7 +346,7 @@ pub fn same_identity(existing: &ReceiptRow, new: &NewReceipt) -> StoreResult<Enq
     let same = to_u64(existing.finalized_at, "finalized_at")? == new.finalized_at
         && stored.as_ref() == offered
         && existing.receipt_group == new.group.as_str()
-        && i64::from(existing.priority) == new.priority.get();
+        && existing.priority == new.priority.stored();
     Ok(if same {
         Enqueued::Existing
     } else {

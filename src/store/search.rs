@@ -166,9 +166,7 @@ impl ReceiptFilter {
                 .finished_at_ms
                 .is_some_and(|f| u64::try_from(f).is_ok_and(|f| self.finished_ms.contains(f)));
         let group_ok = self.group.as_deref().is_none_or(|g| row.receipt_group == g);
-        let priority_ok = self
-            .priority
-            .is_none_or(|p| i64::from(row.priority) == p.get());
+        let priority_ok = self.priority.is_none_or(|p| row.priority == p.stored());
         Ok(state_ok
             && code_ok
             && owner_ok

@@ -11,7 +11,9 @@ use crate::domain::{
     Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError,
     WorkerId,
 };
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
+use crate::store::fair::{
+    DueClaims, FairClaim, GroupRow, Turn, claim_order, in_turn, limits, turn_after,
+};
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
@@ -203,7 +205,7 @@ async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<V
             .await?;
         // Each group's rows in claim order: highest priority, then oldest due.
         rows.sort_by(|a, b| {
-            (a.0, std::cmp::Reverse(a.3), a.2, &a.1).cmp(&(b.0, std::cmp::Reverse(b.3), b.2, &b.1))
+            (a.0, claim_order(a.3, a.2, &a.1)).cmp(&(b.0, claim_order(b.3, b.2, &b.1)))
         });
         let mut found: Vec<Vec<Candidate>> = vec![Vec::new(); reads.len()];
         for (i, receipt_id, next_visible_at_ms, _) in rows {

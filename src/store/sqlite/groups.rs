@@ -8,8 +8,10 @@ use rusqlite::Connection;
 
 use super::lookup::{json, receipt_row, rows_by_id};
 use crate::domain::{Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, StoreError, WorkerId};
-use crate::store::fair::{DueClaims, FairClaim, GroupRow, Turn, in_turn, limits, turn_after};
-use crate::store::rows::ReceiptRow;
+use crate::store::fair::{
+    DueClaims, FairClaim, GroupRow, Turn, claim_order, in_turn, limits, turn_after,
+};
+use crate::store::rows::{ReceiptRow, receipt_columns};
 use crate::store::{StoreResult, rules};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
@@ -148,17 +150,10 @@ const PICK_DUE: &str = concat!(
 const PICK_ONE_GROUP: &str = concat!(
     group_levels!(),
     "SELECT ",
-    "r.receipt_id, r.finalized_at, r.observation, r.status, r.attempts, r.row_version, \
-     r.next_visible_at_ms, r.lease_owner, r.lease_token, r.lease_until_ms, r.failure_code, \
-     r.failure_sha256, r.transcript_id, r.skip_reason, r.finished_at_ms, r.held_at_ms, \
-     r.cancel_reason, r.receipt_group, r.priority ",
+    receipt_columns!(),
+    " ",
     level_due!()
 );
-
-/// Claim order within a group: highest priority, then oldest due.
-fn claim_order(priority: i16, next_visible_at_ms: i64, receipt_id: &str) -> impl Ord + '_ {
-    (std::cmp::Reverse(priority), next_visible_at_ms, receipt_id)
-}
 
 fn group_rows(
     conn: &Connection,
