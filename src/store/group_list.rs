@@ -20,12 +20,17 @@ macro_rules! list_groups {
                 AND held_at_ms IS NULL AND lease_until_ms > ",
             $now,
             ") AS leased, \
-             (SELECT MIN(next_visible_at_ms) FROM receipts WHERE receipt_group = g.name \
-                AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ",
+             (SELECT MIN(m) FROM (SELECT MIN(next_visible_at_ms) AS m FROM receipts \
+                WHERE receipt_group = g.name \
+                AND status = 'active' AND held_at_ms IS NULL AND lease_token IS NULL \
+                AND next_visible_at_ms <= ",
             $now,
-            " AND (lease_until_ms IS NULL OR lease_until_ms <= ",
+            " UNION ALL SELECT MIN(next_visible_at_ms) FROM receipts WHERE lease_until_ms <= ",
             $now,
-            ")) AS oldest_due FROM receipt_groups g WHERE g.name ",
+            " AND receipt_group = g.name AND status = 'active' AND held_at_ms IS NULL \
+                AND next_visible_at_ms <= ",
+            $now,
+            ") AS due) AS oldest_due FROM receipt_groups g WHERE g.name ",
             $cmp,
             " ",
             $after,
@@ -35,11 +40,16 @@ macro_rules! list_groups {
     };
 }
 
-/// Each group's depth: one index entry per active receipt of the group.
+/// Each group's depth: one index entry per active receipt of the group,
+/// those holding no lease in the claim index and the leased ones in
+/// `receipts_leases` (both backends keep leased rows out of their claim
+/// index, so the oldest due is read from both too).
 macro_rules! depth {
     () => {
-        "(SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
-         AND held_at_ms IS NULL)"
+        "((SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
+         AND held_at_ms IS NULL AND lease_token IS NULL) + (SELECT COUNT(*) FROM receipts \
+         WHERE lease_until_ms IS NOT NULL AND receipt_group = g.name AND status = 'active' \
+         AND held_at_ms IS NULL))"
     };
 }
 

@@ -159,9 +159,67 @@ async fn the_priority_is_part_of_the_identity_and_shown(fresh: Fresh) {
     assert_eq!(ids, [("r", 7)]);
 }
 
+/// Each group with its depth, live leases and oldest due age at `now`.
+async fn groups_at(fresh: &Fresh, now: u64) -> Vec<(String, Option<u64>, u64, u64)> {
+    let all = settled::store::GroupQuery {
+        limit: 10,
+        after: String::new(),
+        exact: false,
+        depth: true,
+    };
+    store(fresh)
+        .groups(now, &all)
+        .await
+        .expect("groups")
+        .into_iter()
+        .map(|g| (g.group, g.depth, g.leased, g.oldest_due_age_ms))
+        .collect()
+}
+
+/// A receipt whose lease lapsed is claimable again at its own place in the
+/// claim order (its priority, then its due time), whatever priorities the
+/// receipts holding no lease have; a group's depth and oldest due count it.
+async fn lapsed_leases_come_back_in_claim_order(fresh: Fresh) {
+    enqueue_new(
+        &fresh,
+        &[
+            ranked("lapsed-high", "default", 5, T0 - 500),
+            ranked("plain-old", "default", 0, T0 - 1_000),
+            ranked("plain-new", "default", 0, T0 - 100),
+            ranked("b-lapsed", "rail:b", 0, T0 - 2_000),
+        ],
+        T0,
+    )
+    .await;
+    claim(&fresh, "lapsed-high", "w1", T0, 1_000).await;
+    claim(&fresh, "b-lapsed", "w1", T0, 1_000).await;
+    assert_eq!(
+        groups_at(&fresh, T0 + 999).await,
+        [
+            ("default".to_owned(), Some(3), 1, 1_000 + 999),
+            ("rail:b".to_owned(), Some(1), 1, 0),
+        ]
+    );
+    assert_eq!(
+        groups_at(&fresh, T0 + 1_000).await,
+        [
+            ("default".to_owned(), Some(3), 0, 2_000),
+            ("rail:b".to_owned(), Some(1), 0, 3_000),
+        ]
+    );
+    // Round robin over the groups, each in its own order (the lapsed
+    // high-priority lease first in `default`); within a round oldest due
+    // first.
+    assert_eq!(
+        claim_ids(&fresh, 4, T0 + 1_000).await,
+        ["b-lapsed", "lapsed-high", "plain-old", "plain-new"]
+    );
+}
+
 crate::on_every_backend!(
     within_a_group_the_highest_priority_comes_first,
     many_rows_not_yet_due_at_a_high_priority_do_not_hide_due_work,
     priorities_do_not_change_how_groups_share_a_claim,
     the_priority_is_part_of_the_identity_and_shown,
+    lapsed_leases_come_back_in_claim_order,
 );

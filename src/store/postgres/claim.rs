@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::PgPool;
 
 use super::super::rows::to_i64;
-use super::{PostgresStore, Tx, begin, finish, row_for_update};
+use super::{PostgresStore, Tx, begin_claim, finish, row_for_update};
 use crate::domain::{
     Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError,
     WorkerId,
@@ -17,32 +17,43 @@ use crate::store::fair::{
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
-/// The priorities in use among the claimable rows of each group `$2[g]`
-/// (with its depth or quota `$3[g]` and position `n`), highest first: one
-/// probe of `receipts_due` per priority (a loose index scan), so that each
-/// is then read as its own index range `(group, priority, due <= now)`,
-/// which ends at the first row not yet due.
+/// The priorities in use among the claimable rows holding no lease of each
+/// group `$2[g]` (with its depth or quota `$3[g]` and position `n`), highest
+/// first: one probe of `receipts_due` per priority (a loose index scan), so
+/// that each is then read as its own index range `(group, priority, due <=
+/// now)`, which ends at the first row not yet due. Leased rows are not in
+/// that index (migrations/postgres/0014_unleased_due.sql).
 macro_rules! group_levels {
     () => {
         "WITH RECURSIVE q AS (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
            AS q (name, quota, n)), \
          levels (n, name, quota, p) AS (SELECT n, name, quota, (SELECT priority FROM receipts \
            WHERE receipt_group = q.name AND status = 'active' AND held_at_ms IS NULL \
-           ORDER BY priority DESC LIMIT 1) FROM q \
+           AND lease_token IS NULL ORDER BY priority DESC LIMIT 1) FROM q \
            UNION ALL SELECT n, name, quota, (SELECT priority FROM receipts \
            WHERE receipt_group = l.name AND status = 'active' AND held_at_ms IS NULL \
-           AND priority < l.p ORDER BY priority DESC LIMIT 1) FROM levels AS l \
-           WHERE l.p IS NOT NULL), "
+           AND lease_token IS NULL AND priority < l.p ORDER BY priority DESC LIMIT 1) \
+           FROM levels AS l WHERE l.p IS NOT NULL), "
     };
 }
 
-/// The first due rows of one priority `l.p` of a group, in claim order.
+/// The first due rows holding no lease of one priority `l.p` of a group, in
+/// claim order.
 macro_rules! level_due {
     () => {
         "FROM receipts WHERE receipt_group = l.name AND priority = l.p AND status = 'active' \
-         AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
-         AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+         AND held_at_ms IS NULL AND lease_token IS NULL AND next_visible_at_ms <= $1 \
          ORDER BY next_visible_at_ms, receipt_id LIMIT l.quota"
+    };
+}
+
+/// The first due rows of group `q.name` whose lease expired, in claim
+/// order: a range of `receipts_leases`, as long as the expired leases.
+macro_rules! expired_due {
+    () => {
+        "FROM receipts WHERE lease_until_ms <= $1 AND receipt_group = q.name \
+         AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
+         ORDER BY priority DESC, next_visible_at_ms, receipt_id LIMIT q.quota"
     };
 }
 
@@ -61,7 +72,11 @@ const CLAIM_DUE: &str = concat!(
     "locked AS (SELECT d.*, l.n AS grp, l.quota FROM levels AS l CROSS JOIN LATERAL \
        (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
     level_due!(),
-    " FOR UPDATE SKIP LOCKED) AS d WHERE l.p IS NOT NULL), \
+    " FOR UPDATE SKIP LOCKED) AS d WHERE l.p IS NOT NULL \
+       UNION ALL SELECT e.*, q.n, q.quota FROM q CROSS JOIN LATERAL \
+       (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
+    expired_due!(),
+    " FOR UPDATE SKIP LOCKED) AS e), \
      ranked AS (SELECT *, row_number() OVER (PARTITION BY grp \
        ORDER BY priority DESC, next_visible_at_ms, receipt_id) AS round FROM locked), \
      picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, lease_until_ms AS prior_until, \
@@ -84,7 +99,11 @@ const READ_DUE: &str = concat!(
     "d AS (SELECT l.n - 1 AS grp, receipt_id, next_visible_at_ms, priority FROM levels AS l \
        CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms, priority ",
     level_due!(),
-    ") AS r WHERE l.p IS NOT NULL) SELECT grp, receipt_id, next_visible_at_ms, priority FROM d"
+    ") AS r WHERE l.p IS NOT NULL \
+       UNION ALL SELECT q.n - 1, e.receipt_id, e.next_visible_at_ms, e.priority FROM q \
+       CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms, priority ",
+    expired_due!(),
+    ") AS e) SELECT grp, receipt_id, next_visible_at_ms, priority FROM d"
 );
 
 /// The groups a claim may take from: `$1` (all when empty), by name.
@@ -400,7 +419,7 @@ impl super::batcher::Mergeable for ClaimJob {
 
 /// One claim in a transaction of its own: all or nothing.
 async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
-    let mut tx = begin(pool).await?;
+    let mut tx = begin_claim(pool).await?;
     let result = claim_batch(&mut tx, job).await;
     finish(tx, result).await
 }
@@ -442,7 +461,7 @@ async fn claim_merged(
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
-    let mut tx = begin(pool).await?;
+    let mut tx = begin_claim(pool).await?;
     let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &jobs[0].turn).await {
         Ok(due) => due,
         Err(e @ StoreError::Backend { .. }) => return finish(tx, Err(e)).await,

@@ -208,6 +208,15 @@ async fn begin(pool: &PgPool) -> StoreResult<Tx> {
     begin_with(pool, "BEGIN").await
 }
 
+/// A transaction for a claim of due rows. Every statement of a claim is
+/// meant to read index ranges bounded by what it takes or the leases out;
+/// on a table that grew since it was last analyzed the planner can take a
+/// scan of the whole table as cheaper (the lapsed leases, for instance), so
+/// the claim rules that out for its own transaction.
+async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
+    begin_with(pool, "BEGIN; SET LOCAL enable_seqscan = off").await
+}
+
 /// A transaction opened with `statement`, on a task of its own: sqlx 0.9.0
 /// returns a connection to the pool still inside a transaction when the
 /// future of `begin` is dropped during its `BEGIN` round trip (a client that

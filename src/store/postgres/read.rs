@@ -87,12 +87,13 @@ impl PostgresStore {
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
-        // Due rows either hold no lease or an expired one.
+        // Due rows either hold no lease or an expired one. `attempts >= 0`
+        // names `receipts_waiting` (migrations/postgres/0014_unleased_due.sql).
         let oldest: Option<i64> = sqlx::query_scalar(
             "SELECT LEAST( \
                (SELECT MIN(next_visible_at_ms) FROM receipts \
                  WHERE status = 'active' AND lease_token IS NULL AND held_at_ms IS NULL \
-                 AND next_visible_at_ms <= $1), \
+                 AND attempts >= 0 AND next_visible_at_ms <= $1), \
                (SELECT MIN(next_visible_at_ms) FROM receipts \
                  WHERE lease_until_ms <= $1 \
                  AND next_visible_at_ms <= $1 AND held_at_ms IS NULL))",
