@@ -64,22 +64,26 @@ macro_rules! expired_due {
 /// owner, token (made in Rust) and deadline (`$4`, `$5`, `$6`), so that the
 /// batch claims of several workers can share the statement. An
 /// out-of-range version is left as it is, for Rust to refuse before commit.
+/// The update finds each row by the tuple the lock returned (`ctid`: the
+/// row is locked, so it stays where it is until commit) instead of a second
+/// descent of the primary key.
 /// With several priorities due in a group, rows of a lower one may be
 /// locked and left as they are until commit (each priority is read up to
 /// the quota).
 const CLAIM_DUE: &str = concat!(
     group_levels!(),
     "locked AS (SELECT d.*, l.n AS grp, l.quota FROM levels AS l CROSS JOIN LATERAL \
-       (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
+       (SELECT ctid AS at, receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
     level_due!(),
     " FOR UPDATE SKIP LOCKED) AS d WHERE l.p IS NOT NULL \
        UNION ALL SELECT e.*, q.n, q.quota FROM q CROSS JOIN LATERAL \
-       (SELECT receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
+       (SELECT ctid AS at, receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
     expired_due!(),
     " FOR UPDATE SKIP LOCKED) AS e), \
      ranked AS (SELECT *, row_number() OVER (PARTITION BY grp \
        ORDER BY priority DESC, next_visible_at_ms, receipt_id) AS round FROM locked), \
-     picked AS (SELECT receipt_id AS pick_id, row_version AS prior_version, lease_until_ms AS prior_until, \
+     picked AS (SELECT at AS pick_at, receipt_id AS pick_id, row_version AS prior_version, \
+       lease_until_ms AS prior_until, \
        row_number() OVER (ORDER BY round, next_visible_at_ms, receipt_id) AS pick FROM ranked \
        WHERE round <= quota) \
      UPDATE receipts SET row_version = CASE WHEN prior_version BETWEEN 0 AND 9223372036854775806 \
@@ -87,7 +91,7 @@ const CLAIM_DUE: &str = concat!(
        lease_owner = slot_owner, lease_token = slot_token, lease_until_ms = slot_until \
      FROM picked JOIN unnest($4::text[], $5::text[], $6::int8[]) WITH ORDINALITY \
        AS slots (slot_owner, slot_token, slot_until, slot) ON slot = pick \
-     WHERE receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
+     WHERE receipts.ctid = pick_at AND receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
     pg_receipt_columns!()
 );
 
@@ -497,7 +501,7 @@ impl PostgresStore {
     ) -> StoreResult<ReceiptClaim> {
         let now = to_i64(now_ms, "now_ms")?;
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
-        let mut tx = self.begin().await?;
+        let mut tx = begin_claim(&self.pool).await?;
         let result = claim_one(&mut tx, receipt_id, worker_id, now, until).await;
         finish(tx, result).await
     }

@@ -140,7 +140,13 @@ macro_rules! batch_cas {
 /// One guarded update, for exactly the rows it changed one history insert,
 /// and the announcement of work made due (a retry, a release) when there is
 /// any, which the statement answers as item 0: one statement, atomic even
-/// without a transaction around it. Callers pass the batch in id order: the update visits the rows in
+/// without a transaction around it. It adds the net change of the receipt
+/// counts itself (every changed row was active with `b_attempts`, the
+/// compare-and-swap says so), to the first counter slot no other
+/// transaction holds or to a new one, as the trigger of
+/// migrations/postgres/0004_counts.sql would, and sets `settled.counted`
+/// so that the trigger leaves this transaction to it (0015). Only this
+/// statement and claims, which move no count, run in transactions that set it. Callers pass the batch in id order: the update visits the rows in
 /// batch order (a nested loop over the batch probing the primary key), so two
 /// transactions that share receipts lock them in the same order and wait for
 /// each other instead of deadlocking. (Locking them first in a `FOR UPDATE`
@@ -165,7 +171,26 @@ changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_att
   lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL \
   FROM batch WHERE ",
     batch_cas!(),
-    " RETURNING b_item, b_wakes), \
+    " RETURNING b_item, b_wakes, b_attempts, receipts.status AS new_status, \
+  receipts.attempts AS new_attempts), \
+moved AS (SELECT set_config('settled.counted', 'on', true) AS counted_here, \
+  COUNT(*) FILTER (WHERE new_status = 'active' AND new_attempts = 0) \
+    - COUNT(*) FILTER (WHERE b_attempts = 0) AS d_fresh, \
+  COUNT(*) FILTER (WHERE new_status = 'active' AND new_attempts > 0) \
+    - COUNT(*) FILTER (WHERE b_attempts > 0) AS d_retried, \
+  COUNT(*) FILTER (WHERE new_status = 'settled') AS d_settled, \
+  COUNT(*) FILTER (WHERE new_status = 'skipped') AS d_skipped, \
+  COUNT(*) FILTER (WHERE new_status = 'dead_lettered') AS d_dead FROM changed), \
+counted AS (UPDATE receipt_counts SET fresh = fresh + d_fresh, retried = retried + d_retried, \
+  settled = settled + d_settled, skipped = skipped + d_skipped, \
+  dead_lettered = dead_lettered + d_dead FROM moved \
+  WHERE (d_fresh, d_retried, d_settled, d_skipped, d_dead) <> (0, 0, 0, 0, 0) \
+  AND slot = (SELECT slot FROM receipt_counts ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
+  RETURNING slot), \
+spilled AS (INSERT INTO receipt_counts (fresh, retried, settled, skipped, dead_lettered) \
+  SELECT d_fresh, d_retried, d_settled, d_skipped, d_dead FROM moved \
+  WHERE (d_fresh, d_retried, d_settled, d_skipped, d_dead) <> (0, 0, 0, 0, 0) \
+  AND NOT EXISTS (SELECT 1 FROM counted)), \
 logged AS (INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
   transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
   SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \

@@ -208,13 +208,19 @@ async fn begin(pool: &PgPool) -> StoreResult<Tx> {
     begin_with(pool, "BEGIN").await
 }
 
-/// A transaction for a claim of due rows. Every statement of a claim is
-/// meant to read index ranges bounded by what it takes or the leases out;
-/// on a table that grew since it was last analyzed the planner can take a
-/// scan of the whole table as cheaper (the lapsed leases, for instance), so
-/// the claim rules that out for its own transaction.
+/// A transaction for a claim. Every statement of a claim is meant to read
+/// index ranges bounded by what it takes or the leases out; on a table that
+/// grew since it was last analyzed the planner can take a scan of the whole
+/// table as cheaper (the lapsed leases, for instance), so the claim rules
+/// that out for its own transaction. A claim changes no receipt count (only
+/// the lease and the row version), so the counting trigger is told to leave
+/// it (migrations/postgres/0015_counts_in_statement.sql).
 async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
-    begin_with(pool, "BEGIN; SET LOCAL enable_seqscan = off").await
+    begin_with(
+        pool,
+        "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL settled.counted = on",
+    )
+    .await
 }
 
 /// A transaction opened with `statement`, on a task of its own: sqlx 0.9.0
