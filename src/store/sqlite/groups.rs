@@ -104,32 +104,46 @@ pub fn live_leased(
         .collect())
 }
 
-/// The priorities in use among the claimable rows of each group named in
-/// `?1` (a JSON array; `key` is the position in it), highest first: one
-/// probe of `receipts_due` per priority (a loose index scan), so that each
-/// is then read as its own index range `(group, priority, due <= now)`,
-/// which ends at the first row not yet due.
+/// The priorities in use among the claimable rows holding no lease of each
+/// group named in `?1` (a JSON array; `key` is the position in it), highest
+/// first: one probe of `receipts_due` per priority (a loose index scan), so
+/// that each is then read as its own index range `(group, priority, due <=
+/// now)`, which ends at the first row not yet due. Leased rows are not in
+/// that index (migrations/sqlite/0014_unleased_due.sql).
 macro_rules! group_levels {
     () => {
         "WITH RECURSIVE levels (key, name, p) AS (SELECT q.key, q.value, \
            (SELECT priority FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
-           AND status = 'active' AND held_at_ms IS NULL ORDER BY priority DESC LIMIT 1) \
+           AND status = 'active' AND held_at_ms IS NULL AND lease_token IS NULL \
+           ORDER BY priority DESC LIMIT 1) \
            FROM json_each(?1) AS q \
            UNION ALL SELECT l.key, l.name, (SELECT priority FROM receipts INDEXED BY receipts_due \
            WHERE receipt_group = l.name AND status = 'active' AND held_at_ms IS NULL \
-           AND priority < l.p ORDER BY priority DESC LIMIT 1) FROM levels AS l \
-           WHERE l.p IS NOT NULL) "
+           AND lease_token IS NULL AND priority < l.p ORDER BY priority DESC LIMIT 1) \
+           FROM levels AS l WHERE l.p IS NOT NULL) "
     };
 }
 
-/// The first `?3` due rows of each priority of each group of `levels`.
+/// The first `?3` due rows holding no lease of each priority of each group
+/// of `levels`, then (`UNION ALL`, the same columns from `r`) each group's
+/// first `?3` due rows whose lease expired, from `receipts_leases`.
 macro_rules! level_due {
-    () => {
-        "FROM levels AS l, receipts AS r WHERE l.p IS NOT NULL AND r.receipt_id IN \
-         (SELECT receipt_id FROM receipts INDEXED BY receipts_due WHERE receipt_group = l.name \
-           AND priority = l.p AND status = 'active' AND held_at_ms IS NULL \
-           AND next_visible_at_ms <= ?2 AND (lease_until_ms IS NULL OR lease_until_ms <= ?2) \
-           ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))"
+    ($($columns:tt)+) => {
+        concat!(
+            $($columns)+,
+            " FROM levels AS l, receipts AS r WHERE l.p IS NOT NULL AND r.receipt_id IN \
+             (SELECT receipt_id FROM receipts INDEXED BY receipts_due WHERE receipt_group = l.name \
+               AND priority = l.p AND status = 'active' AND held_at_ms IS NULL \
+               AND lease_token IS NULL AND next_visible_at_ms <= ?2 \
+               ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER)) \
+             UNION ALL ",
+            $($columns)+,
+            " FROM json_each(?1) AS l, receipts AS r WHERE r.receipt_id IN \
+             (SELECT receipt_id FROM receipts INDEXED BY receipts_leases \
+               WHERE lease_until_ms <= ?2 AND receipt_group = l.value AND status = 'active' \
+               AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
+               ORDER BY priority DESC, next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))"
+        )
     };
 }
 
@@ -141,19 +155,12 @@ macro_rules! level_due {
 /// every call.
 const PICK_DUE: &str = concat!(
     group_levels!(),
-    "SELECT l.key, r.receipt_id, r.next_visible_at_ms, r.priority ",
-    level_due!()
+    level_due!("SELECT l.key, r.receipt_id, r.next_visible_at_ms, r.priority")
 );
 
 /// One group's (`?1`, a JSON array of one name) first `?3` due rows of each
 /// priority, whole (cut to the first `?3` in claim order in Rust).
-const PICK_ONE_GROUP: &str = concat!(
-    group_levels!(),
-    "SELECT ",
-    receipt_columns!(),
-    " ",
-    level_due!()
-);
+const PICK_ONE_GROUP: &str = concat!(group_levels!(), level_due!("SELECT ", receipt_columns!()));
 
 fn group_rows(
     conn: &Connection,

@@ -23,10 +23,11 @@ const INSERT: &str = "INSERT INTO receipts (receipt_id, finalized_at, observatio
      ON CONFLICT (receipt_id) DO NOTHING";
 
 /// Lock and lease the oldest due rows that no one else holds; tokens pair
-/// with rows by position.
+/// with rows by position. The claim index holds only rows without a lease
+/// (no lease lapses in this cycle).
 const CLAIM: &str = "WITH picked AS (SELECT receipt_id FROM receipts \
-       WHERE receipt_group = 'default' AND priority = 0 AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
-       AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+       WHERE receipt_group = 'default' AND priority = 0 AND status = 'active' AND held_at_ms IS NULL \
+       AND lease_token IS NULL AND next_visible_at_ms <= $1 \
        ORDER BY next_visible_at_ms, receipt_id LIMIT $2 FOR UPDATE SKIP LOCKED), \
      numbered AS (SELECT receipt_id AS pick_id, row_number() OVER () AS n FROM picked) \
      UPDATE receipts SET row_version = row_version + 1, lease_owner = $3, \

@@ -23,10 +23,11 @@ const INSERT: &str = "INSERT INTO receipts (receipt_id, finalized_at, observatio
      attempts, row_version, next_visible_at_ms, created_at_ms) \
      VALUES (?1, ?2, ?3, 'active', 0, 0, ?4, ?4) ON CONFLICT (receipt_id) DO NOTHING";
 
-/// The oldest due rows, in claim order, on the claim index.
+/// The oldest due rows, in claim order, on the claim index (which holds
+/// only rows without a lease; no lease lapses in this cycle).
 const PICK: &str = "SELECT receipt_id, attempts FROM receipts INDEXED BY receipts_due \
      WHERE receipt_group = 'default' AND priority = 0 AND status = 'active' AND held_at_ms IS NULL \
-     AND next_visible_at_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms <= ?1) \
+     AND lease_token IS NULL AND next_visible_at_ms <= ?1 \
      ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?2 AS INTEGER)";
 
 const LEASE: &str = "UPDATE receipts SET row_version = row_version + 1, lease_owner = ?1, \
