@@ -60,6 +60,77 @@ pub async fn fresh_postgres() -> Option<Fresh> {
     })
 }
 
+/// A store on a database that a release with migrations up to `release`
+/// created and that `load` (SQL, statements separated by `;`) filled, then
+/// opened by this build, which applies the migrations after `release`:
+/// what an upgrade finds. `None` when PostgreSQL is asked for and not set.
+pub async fn upgraded(backend: &str, release: i64, load: &str) -> Option<Fresh> {
+    let keep = |mut m: sqlx::migrate::Migrator| {
+        m.migrations = m
+            .migrations
+            .iter()
+            .filter(|m| m.version <= release)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        m
+    };
+    let statements = load.split(';').map(str::trim).filter(|s| !s.is_empty());
+    if backend == "sqlite" {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite:{}", dir.path().join("settled.db").display());
+        let mut conn = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
+            .await
+            .expect("connect");
+        keep(sqlx::migrate!("migrations/sqlite"))
+            .run(&mut conn)
+            .await
+            .expect("the release's migrations");
+        for sql in statements {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(&mut conn)
+                .await
+                .expect(sql);
+        }
+        conn.close().await.expect("close");
+        let store: SharedStore = Arc::new(SqliteStore::open(&url).await.expect("upgrade"));
+        return Some(Fresh {
+            store,
+            url,
+            _dir: Some(dir),
+        });
+    }
+    let url = fresh_postgres_url().await?;
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("CREATE SCHEMA settled")
+        .execute(&mut conn)
+        .await
+        .expect("schema");
+    sqlx::query("SET search_path = settled")
+        .execute(&mut conn)
+        .await
+        .expect("search path");
+    keep(sqlx::migrate!("migrations/postgres"))
+        .run(&mut conn)
+        .await
+        .expect("the release's migrations");
+    for sql in statements {
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await
+            .expect(sql);
+    }
+    conn.close().await.expect("close");
+    let store = PostgresStore::open(&url, &PostgresOptions::default())
+        .await
+        .expect("upgrade");
+    Some(Fresh {
+        store,
+        url,
+        _dir: None,
+    })
+}
+
 /// Create an empty database on the test server and return its URL.
 pub async fn fresh_postgres_url() -> Option<String> {
     let Ok(base) = std::env::var(POSTGRES_ENV) else {

@@ -32,3 +32,4 @@ mod stats;
 // Store tests beyond the rules: PostgreSQL specifics, retention.
 mod postgres_smoke;
 mod retention;
+mod upgrade;

@@ -1,0 +1,124 @@
+//! An upgrade from the release before the claim index held only rows
+//! without a lease (migrations up to 0013; 0014 changed the index on both
+//! backends, 0015 and 0016 PostgreSQL's counting and history cascade): what
+//! that release wrote comes through, live and lapsed leases keep their
+//! meaning, and retention still takes a receipt's history with it.
+
+use settled::store::{GroupQuery, ReceiptState};
+
+use super::support::*;
+use crate::common::{Fresh, raw_scalars, upgraded};
+
+/// The last migration of the release upgraded from.
+const RELEASE: i64 = 13;
+
+/// Rows as that release stored them at `T0`: one due, one whose lease
+/// lapsed at `T0 - 1` (due before it), one leased for another minute, one
+/// held, two settled with their history entries (the later one after the
+/// retention horizon of the test, and the newest entry, which retention
+/// keeps).
+fn release_rows() -> String {
+    let t = i64::try_from(T0).expect("clock");
+    let token = "a".repeat(32);
+    format!(
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms) VALUES ('due', 1, 'active', 0, 0, {due}, {due}); \
+         INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms, lease_owner, lease_token, lease_until_ms) \
+           VALUES ('lapsed', 1, 'active', 0, 1, {lapsed}, {lapsed}, 'w0', '{token}', {gone}); \
+         INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms, lease_owner, lease_token, lease_until_ms) \
+           VALUES ('leased', 1, 'active', 0, 1, {leased}, {leased}, 'w0', '{token}', {live}); \
+         INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms, held_at_ms) \
+           VALUES ('held', 1, 'active', 0, 0, {held}, {held}, {held}); \
+         INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           created_at_ms, transcript_id, finished_at_ms) \
+           VALUES ('done', 1, 'settled', 0, 1, {done}, 'tx-1', {finished}); \
+         INSERT INTO receipt_history (receipt_id, attempt, outcome, transcript_id, worker_id, \
+           observed_at_ms, route) VALUES ('done', 1, 'accepted', 'tx-1', 'w0', {finished}, \
+           'no_action'); \
+         INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           created_at_ms, transcript_id, finished_at_ms) \
+           VALUES ('done-later', 1, 'settled', 0, 1, {done}, 'tx-2', {now}); \
+         INSERT INTO receipt_history (receipt_id, attempt, outcome, transcript_id, worker_id, \
+           observed_at_ms, route) VALUES ('done-later', 1, 'accepted', 'tx-2', 'w0', {now}, \
+           'no_action')",
+        due = t - 100,
+        lapsed = t - 200,
+        gone = t - 1,
+        leased = t - 300,
+        live = t + 60_000,
+        held = t - 400,
+        done = t - 500,
+        finished = t - 50,
+        now = t,
+    )
+}
+
+async fn what_the_release_stored_comes_through(fresh: Fresh) {
+    let s = store(&fresh);
+    let done = view(&fresh, "done", T0).await;
+    assert_eq!(done.state, ReceiptState::Settled);
+    assert_eq!(done.history.len(), 1);
+    assert_eq!(state(&fresh, "leased", T0).await, ReceiptState::Leased);
+    assert_eq!(state(&fresh, "lapsed", T0).await, ReceiptState::Pending);
+    let before = s.status(T0, 10).await.expect("status");
+    assert_eq!(
+        (before.counts.leased, before.counts.settled),
+        (1, 2),
+        "{before:?}"
+    );
+    // A claim takes the lapsed lease and the due row, oldest due first, and
+    // neither the live lease nor the held row.
+    let claimed: Vec<String> = s
+        .claim_due(&worker("w1"), T0, lease(1_000), limit(10))
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|c| c.receipt_id.as_str().to_owned())
+        .collect();
+    assert_eq!(claimed, ["lapsed", "due"]);
+    let after = s.status(T0, 10).await.expect("status");
+    assert_eq!(after.counts.leased, 3, "{after:?}");
+    let groups = s
+        .groups(
+            T0,
+            &GroupQuery {
+                limit: 10,
+                after: String::new(),
+                exact: false,
+                depth: true,
+            },
+        )
+        .await
+        .expect("groups");
+    assert_eq!(
+        groups[0].depth,
+        Some(3),
+        "every active receipt but the held one"
+    );
+    // Retention still removes a receipt with its history.
+    assert_eq!(s.purge_finished(T0, 10).await.expect("purge"), 1);
+    let left: Vec<i64> = raw_scalars(
+        &fresh,
+        "SELECT COUNT(*) FROM receipt_history WHERE receipt_id = 'done'",
+    )
+    .await;
+    assert_eq!(left, [0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_database_of_the_release_upgrades() {
+    let fresh = upgraded("sqlite", RELEASE, &release_rows())
+        .await
+        .expect("sqlite");
+    what_the_release_stored_comes_through(fresh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_database_of_the_release_upgrades() {
+    if let Some(fresh) = upgraded("postgres", RELEASE, &release_rows()).await {
+        what_the_release_stored_comes_through(fresh).await;
+    }
+}
