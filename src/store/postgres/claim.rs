@@ -6,14 +6,13 @@ use std::collections::HashMap;
 use sqlx::PgPool;
 
 use super::super::rows::to_i64;
+use super::group_limits::{admit_one, groups_for_claim, spend};
 use super::{PostgresStore, Tx, begin_claim, finish, row_for_update};
 use crate::domain::{
     Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError,
     WorkerId,
 };
-use crate::store::fair::{
-    DueClaims, FairClaim, GroupRow, Turn, claim_order, in_turn, limits, turn_after,
-};
+use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, turn_after};
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
@@ -110,99 +109,6 @@ const READ_DUE: &str = concat!(
     ") AS e) SELECT grp, receipt_id, next_visible_at_ms, priority FROM d"
 );
 
-/// The groups a claim may take from: `$1` (all when empty), by name.
-const GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
-     FROM receipt_groups WHERE cardinality($1::text[]) = 0 OR name = ANY($1::text[]) ORDER BY name";
-
-/// The limited groups' rows again, locked in name order (no deadlock)
-/// until commit: the limits hold across every replica.
-const LOCK_GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
-     FROM receipt_groups WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE";
-
-/// Live leases of the named groups, from `receipts_leases`.
-const LIVE_LEASED: &str = "SELECT receipt_group, COUNT(*) FROM receipts \
-     WHERE lease_until_ms > $1 AND receipt_group = ANY($2::text[]) GROUP BY receipt_group";
-
-const SPEND: &str = "UPDATE receipt_groups SET tokens = b.tokens, tokens_at_ms = b.at \
-     FROM unnest($1::text[], $2::float8[], $3::int8[]) AS b (name, tokens, at) \
-     WHERE receipt_groups.name = b.name";
-
-/// A `receipt_groups` row.
-#[derive(sqlx::FromRow)]
-struct StoredGroup {
-    name: String,
-    paused: bool,
-    max_leased: Option<i64>,
-    rate_per_s: Option<f64>,
-    burst: Option<i64>,
-    tokens: Option<f64>,
-    tokens_at_ms: Option<i64>,
-}
-
-impl StoredGroup {
-    fn row(self) -> StoreResult<GroupRow> {
-        Ok(GroupRow {
-            limits: limits(self.paused, self.max_leased, self.rate_per_s, self.burst)?,
-            bucket: self.tokens.zip(self.tokens_at_ms),
-            name: self.name,
-        })
-    }
-}
-
-/// The groups a claim may take from, the limited ones locked, and their
-/// live leases.
-async fn groups_for_claim(
-    tx: &mut Tx,
-    only: &[GroupName],
-    after: &str,
-    now: i64,
-    wanted: u64,
-) -> StoreResult<FairClaim> {
-    let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
-    let stored: Vec<StoredGroup> = sqlx::query_as(GROUPS)
-        .bind(&names)
-        .fetch_all(&mut **tx)
-        .await?;
-    let mut groups = stored
-        .into_iter()
-        .map(StoredGroup::row)
-        .collect::<StoreResult<Vec<_>>>()?;
-    in_turn(&mut groups, after);
-    let limited: Vec<&str> = groups
-        .iter()
-        .filter(|g| !g.limits.paused && (g.limits.max_leased.is_some() || g.limits.rate.is_some()))
-        .map(|g| g.name.as_str())
-        .collect();
-    let mut live = HashMap::new();
-    if !limited.is_empty() {
-        let locked: Vec<StoredGroup> = sqlx::query_as(LOCK_GROUPS)
-            .bind(&limited)
-            .fetch_all(&mut **tx)
-            .await?;
-        let counts: Vec<(String, i64)> = sqlx::query_as(LIVE_LEASED)
-            .bind(now)
-            .bind(&limited)
-            .fetch_all(&mut **tx)
-            .await?;
-        live = counts
-            .into_iter()
-            .map(|(g, n)| (g, u64::try_from(n).unwrap_or(0)))
-            .collect();
-        // The locked rows are the limits as of now (an operator may have
-        // changed them since the first read).
-        let mut fresh: HashMap<String, GroupRow> = locked
-            .into_iter()
-            .map(|g| g.row().map(|r| (r.name.clone(), r)))
-            .collect::<StoreResult<_>>()?;
-        for g in &mut groups {
-            if let Some(row) = fresh.remove(&g.name) {
-                *g = row;
-            }
-        }
-    }
-    Ok(FairClaim::new(groups, &live, now, wanted))
-}
-
 /// Share a claim of `wanted` out over the groups: read their due rows in
 /// passes until the round robin is known; the quota of each group.
 async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<Vec<u64>> {
@@ -255,34 +161,6 @@ const LEASE: &str = concat!(
      AND (lease_until_ms IS NULL OR lease_until_ms <= $7) RETURNING ",
     pg_receipt_columns!()
 );
-
-/// Whether group `name`'s limits let a claim by id take one receipt now
-/// (the group's row locked when it is limited); spends a token when they do
-/// and it has a rate. `Err(paused)` when not.
-async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
-    let group = GroupName::from_stored(name.to_owned());
-    let fair = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1).await?;
-    match fair.admit_one() {
-        Ok(spent) => spend(tx, spent).await.map(Ok),
-        Err(paused) => Ok(Err(paused)),
-    }
-}
-
-/// Store the buckets a claim spent from, in one statement.
-async fn spend(tx: &mut Tx, spent: Vec<(String, f64, i64)>) -> StoreResult<()> {
-    if spent.is_empty() {
-        return Ok(());
-    }
-    let (names, (tokens, ats)): (Vec<String>, (Vec<f64>, Vec<i64>)) =
-        spent.into_iter().map(|(n, t, at)| (n, (t, at))).unzip();
-    sqlx::query(SPEND)
-        .bind(names)
-        .bind(tokens)
-        .bind(ats)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
 
 /// A row leased by [`CLAIM_DUE`], with its claim position and prior version.
 #[derive(sqlx::FromRow)]

@@ -19,6 +19,7 @@ mod careful;
 mod claim;
 mod commit_gate;
 mod feed;
+mod group_limits;
 mod guarded;
 mod listen;
 mod outcome;
