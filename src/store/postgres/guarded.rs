@@ -146,10 +146,12 @@ macro_rules! batch_cas {
 /// transaction holds or to a new one, as the trigger of
 /// migrations/postgres/0004_counts.sql would, and sets `settled.counted`
 /// so that the trigger leaves this transaction to it (0015). Only this
-/// statement and claims, which move no count, run in transactions that set it. Callers pass the batch in id order: the update visits the rows in
-/// batch order (a nested loop over the batch probing the primary key), so two
-/// transactions that share receipts lock them in the same order and wait for
-/// each other instead of deadlocking. (Locking them first in a `FOR UPDATE`
+/// statement and claims, which move no count, run in transactions that set
+/// it. Callers pass the batch in id order: the update visits the rows in
+/// batch order (the batch drives the join, a nested loop probing the primary
+/// key or, while the table's statistics are young, a hash of the table probed
+/// by the batch), so two transactions that share receipts lock them in the
+/// same order and wait for each other instead of deadlocking. (Locking them first in a `FOR UPDATE`
 /// CTE would make sure of it, but costs a lock record per row and a join;
 /// `EXPLAIN ANALYZE` put it at more than half the statement.)
 const WRITE_ROUND: &str = concat!(
