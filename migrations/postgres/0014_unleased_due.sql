@@ -1,5 +1,5 @@
--- The claim index holds only rows that hold no lease (docs/groups.md,
--- "Priorities"; BENCHMARKS.md, "Claims step over no lease"). Before, a
+-- The claim index holds only rows that hold no lease (docs/write-path.md;
+-- BENCHMARKS.md, "The hot path, first round"). Before, a
 -- leased row stayed in `receipts_due` with its old due time, at the head of
 -- its range: every claim stepped over every live lease of its group (read
 -- from the table, since the lease is not in the index) before it reached a
