@@ -1,5 +1,6 @@
 //! Start-up, connections and graceful shutdown.
 
+mod clock_sync;
 mod connections;
 
 use std::future::Future;
@@ -10,7 +11,6 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::clock::SystemClock;
 use crate::config::ServeArgs;
 use crate::http::auth::Tokens;
 use crate::http::origin::AllowedHosts;
@@ -99,15 +99,16 @@ pub async fn run(
     let local = listener.local_addr().map_err(StartError::Serve)?;
     tracing::info!(address = %local, backend = store.backend().as_str(), "settled listening on http://{local}");
     let (tx, rx) = watch::channel(false);
+    let clock = clock_sync::start(store.clone(), rx.clone()).await;
     if let Some(retain) = args.retain_finished {
         tokio::spawn(crate::retention::run(
             store.clone(),
-            Arc::new(SystemClock),
+            clock.clone(),
             retain,
             rx.clone(),
         ));
     }
-    let state = AppState::new(store, policy, Arc::new(SystemClock), rx)
+    let state = AppState::new(store, policy, clock, rx)
         .with_tokens(tokens)
         .with_allowed_hosts(hosts)
         .with_stream_limits(streams);

@@ -100,11 +100,13 @@ pub enum Standing {
     Unknown,
     /// Settled, skipped or canceled (the status's name).
     Finished(&'static str),
-    /// Dead-lettered with `failure` after `attempts` invocations.
+    /// Dead-lettered with `failure` after `attempts` invocations, by the
+    /// claim of `row_version` (only a claim changes the version).
     DeadLettered {
         failure: SettlementFailureReason,
         finalized_at: U63,
         attempts: u32,
+        row_version: U63,
     },
     /// Still to settle; `lease` is the claim that holds it, live or expired.
     Active { lease: Option<Claim> },
@@ -138,7 +140,8 @@ pub fn holds(standing: &Standing, claim: &Claim, at: U63) -> bool {
 /// Why `claim`'s write at `at` matched no row. `replay` is the outcome the
 /// write carried, if any: the outcome that dead-lettered the receipt, sent
 /// again under the same claim, is answered with the route it got (a worker
-/// retrying a lost answer), not refused.
+/// retrying a lost answer), not refused. The same outcome under an earlier
+/// claim is refused like any late commit: its lease was lost.
 pub fn refusal(
     standing: &Standing,
     claim: &Claim,
@@ -154,8 +157,10 @@ pub fn refusal(
             failure,
             finalized_at,
             attempts,
+            row_version,
         } => {
             let same = replay.and_then(Outcome::failure) == Some(failure)
+                && claim.row_version == *row_version
                 && claim.finalized_at == *finalized_at
                 && claim.attempts.checked_add(1) == Some(*attempts);
             if same {
@@ -358,6 +363,7 @@ mod tests {
             failure: failure(code),
             finalized_at: ms(41),
             attempts: 3,
+            row_version: ms(3),
         };
         let again = Outcome::Permanent {
             reason: failure(code),
@@ -375,5 +381,13 @@ mod tests {
                 Err(ConflictKind::Finished)
             );
         }
+        // The same outcome from an earlier claim whose lease lapsed (another
+        // worker then claimed and dead-lettered it) is a late commit.
+        let mut earlier = claim(2);
+        earlier.row_version = ms(2);
+        assert_eq!(
+            refusal(&letter, &earlier, Some(&again), ms(0)).map_err(|r| r.kind),
+            Err(ConflictKind::Finished)
+        );
     }
 }

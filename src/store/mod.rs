@@ -123,6 +123,13 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// Database reachable and migrated.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// The database server's clock in Unix ms, where the database has one that
+    /// every replica shares (PostgreSQL); `None` where the server's own clock
+    /// is the only one (SQLite, one process).
+    async fn database_clock_ms(&self) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
+
     /// Store receipts, each judged on its own, in one durable transaction.
     async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>>;
 

@@ -207,6 +207,7 @@ impl ReceiptRow {
                     },
                     finalized_at: to_u63(self.finalized_at, "finalized_at")?,
                     attempts: letter.attempts,
+                    row_version: to_u63(self.row_version, "row_version")?,
                 }
             }
             "settled" => Standing::Finished("settled"),

@@ -167,6 +167,33 @@ async fn an_identical_dead_letter_replay_answers_the_same(fresh: Fresh) {
     );
 }
 
+/// Found by the fault harness: the replay rule answered a *late* commit
+/// with the route, when another worker had claimed the receipt after the
+/// first lease lapsed and dead-lettered it with the same failure.
+async fn the_same_dead_letter_under_an_earlier_lapsed_claim_is_a_conflict(fresh: Fresh) {
+    enqueue_new(&fresh, &[receipt("r")], T0).await;
+    let first = claim(&fresh, "r", "w1", T0, 1_000).await;
+    // w1's lease lapses; w2 claims the receipt and dead-letters it.
+    let second = claim(&fresh, "r", "w2", T0 + 1_000, 1_000).await;
+    assert_eq!(second.attempts, first.attempts);
+    let decision = permanent(SettlementFailureCode::Signature, "bad sig");
+    let policy = RetryPolicy::default();
+    let route = record(&fresh, &second, &decision, policy, T0 + 1_001)
+        .await
+        .unwrap();
+    assert_eq!(route, Route::DeadLettered { attempts: 1 });
+    // w1, late, reports the very same failure: its lease was lost, refused...
+    assert_conflict(&record(&fresh, &first, &decision, policy, T0 + 1_002).await);
+    // ...while w2's resend after a lost answer still gets its route.
+    assert_eq!(
+        record(&fresh, &second, &decision, policy, T0 + 1_003)
+            .await
+            .unwrap(),
+        route
+    );
+    assert_eq!(view(&fresh, "r", T0 + 1_003).await.history.len(), 1);
+}
+
 async fn a_replay_after_retries_matches_the_total_attempts(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let policy = RetryPolicy::new(2, 250, 2, 60_000).unwrap();
@@ -334,6 +361,7 @@ crate::on_every_backend!(
     every_tampered_or_expired_claim_conflicts_and_changes_nothing,
     a_superseded_claim_conflicts,
     an_identical_dead_letter_replay_answers_the_same,
+    the_same_dead_letter_under_an_earlier_lapsed_claim_is_a_conflict,
     a_replay_after_retries_matches_the_total_attempts,
     finished_receipts_refuse_any_outcome,
     attempts_overflow_is_refused_and_changes_nothing,

@@ -1,9 +1,10 @@
 //! Whole-system tests: the real binary (start-up errors, file descriptors,
-//! crashes, restarts, database faults, a PostgreSQL outage, replicas), lease
-//! races on the system clock, the bench and the API fuzzer. One binary, so
-//! that `cargo test` builds and links it once; each module's tests still run
-//! while no other module's do ([`turn`]), as when each module was a binary of
-//! its own: they load the machine and some of them measure time.
+//! crashes, restarts, database faults, a PostgreSQL outage, replicas), the
+//! fault harness's checker, lease races on the system clock, the bench and
+//! the API fuzzer. One binary, so that `cargo test` builds and links it once;
+//! each module's tests still run while no other module's do ([`turn`]), as
+//! when each module was a binary of its own: they load the machine and some
+//! of them measure time.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +13,7 @@ mod bench_smoke;
 mod binary;
 mod crash_recovery;
 mod db_faults;
+mod fault_checker;
 mod lease_races;
 mod pg_bulk;
 mod pg_outage;

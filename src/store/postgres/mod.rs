@@ -350,6 +350,16 @@ impl SettlementOutcomeStore for PostgresStore {
         Ok(())
     }
 
+    async fn database_clock_ms(&self) -> StoreResult<Option<u64>> {
+        let now = sqlx::query_scalar::<_, i64>(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+        );
+        let ms = self
+            .bounded(async { Ok(now.fetch_one(&self.pool).await?) })
+            .await?;
+        Ok(u64::try_from(ms).ok())
+    }
+
     async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
         self.bounded(self.enqueue_receipts(receipts, now_ms)).await
     }

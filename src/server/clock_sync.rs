@@ -1,0 +1,100 @@
+//! The server's clock, kept to the database's where the database has one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::clock::SteadyClock;
+use crate::store::SettlementOutcomeStore;
+
+/// How often the database's clock is sampled again. Monotonic clocks of two
+/// hosts drift by parts per million, so a few seconds keep them within a
+/// millisecond or so of each other.
+const RESYNC_EVERY: Duration = Duration::from_secs(5);
+
+/// A sample whose round trip took longer than this is not taken (after the
+/// first): half of it is how far off it may be.
+const MAX_ROUND_TRIP: Duration = Duration::from_millis(50);
+
+/// A clock for the server: steady, and on PostgreSQL set from the database's
+/// clock before the first request (the best of a few samples) and again every
+/// [`RESYNC_EVERY`], until `stop` turns true.
+pub async fn start(
+    store: Arc<dyn SettlementOutcomeStore>,
+    stop: watch::Receiver<bool>,
+) -> Arc<SteadyClock> {
+    let clock = Arc::new(SteadyClock::from_system());
+    let mut best: Option<Sample> = None;
+    for _ in 0..3 {
+        match sample(&*store).await {
+            Reading::Shared(s) if best.as_ref().is_none_or(|b| s.round_trip < b.round_trip) => {
+                best = Some(s);
+            }
+            Reading::Shared(_) | Reading::Failed => {}
+            Reading::NoSharedClock => return clock,
+        }
+    }
+    if let Some(first) = best {
+        let offset = clock.offset_from(first.reference_ms, first.at);
+        if offset.abs() > 1_000 {
+            tracing::warn!(
+                offset_ms = offset,
+                "this host's clock disagrees with the database's; leases and due times follow the database's"
+            );
+        }
+        clock.resync(first.reference_ms, first.at);
+    }
+    let kept = clock.clone();
+    tokio::spawn(async move {
+        let mut stop = stop;
+        let mut tick = tokio::time::interval(RESYNC_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let Reading::Shared(s) = sample(&*store).await
+                        && s.round_trip <= MAX_ROUND_TRIP
+                    {
+                        kept.resync(s.reference_ms, s.at);
+                    }
+                }
+                _ = stop.changed() => return,
+            }
+        }
+    });
+    clock
+}
+
+struct Sample {
+    reference_ms: u64,
+    /// Halfway through the round trip that read it.
+    at: Instant,
+    round_trip: Duration,
+}
+
+enum Reading {
+    Shared(Sample),
+    NoSharedClock,
+    Failed,
+}
+
+/// One sample of the database's clock.
+async fn sample(store: &dyn SettlementOutcomeStore) -> Reading {
+    let sent = Instant::now();
+    match store.database_clock_ms().await {
+        Ok(Some(reference_ms)) => {
+            let round_trip = sent.elapsed();
+            Reading::Shared(Sample {
+                reference_ms,
+                at: sent + round_trip / 2,
+                round_trip,
+            })
+        }
+        Ok(None) => Reading::NoSharedClock,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the database's clock; keeping the last sample");
+            Reading::Failed
+        }
+    }
+}
