@@ -58,7 +58,7 @@ impl Clock for ManualClock {
 /// a lease granted for 30 s lasts 30 s. With PostgreSQL the reference is the
 /// database's clock, sampled by [`SteadyClock::resync`], so that replicas on
 /// hosts whose clocks disagree still agree on when a lease ends (see
-/// docs/concepts.md, "Leases"). It never reads backwards: a sample behind the
+/// docs/concepts.md, "Lease"). It never reads backwards: a sample behind the
 /// time already read holds the clock until it catches up.
 #[derive(Debug)]
 pub struct SteadyClock {

@@ -362,9 +362,12 @@ fn check_history(report: &mut Report, receipt: &str, ops: &[&Op], fin: &Final) {
     }
 }
 
+/// How long the windows are that recovery counts outcomes in.
+const WINDOW_MS: u64 = 250;
+
 /// Per fault kind, the longest recovery: from the end of an injection to the
-/// start of the first second with at least half the outcome rate of the five
-/// seconds before it began.
+/// start of the first quarter second with at least half the outcome rate of
+/// the five seconds before it began.
 fn recovery(rec: &Recording) -> BTreeMap<String, Option<u64>> {
     let mut done: Vec<u64> = rec
         .ops
@@ -378,16 +381,21 @@ fn recovery(rec: &Recording) -> BTreeMap<String, Option<u64>> {
     };
     let mut worst: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for span in &rec.faults {
-        let before = count(span.start_ms.saturating_sub(5_000), span.start_ms) as f64 / 5.0;
+        // Outcomes per window before the fault, and the first window after
+        // its end with half as many (short windows: a fault's effect is
+        // often over in less than a second).
+        let before = count(span.start_ms.saturating_sub(5_000), span.start_ms) as f64
+            * WINDOW_MS as f64
+            / 5_000.0;
         let mut back = None;
         if before > 0.0 {
             let mut t = span.end_ms;
-            while t + 1_000 <= rec.duration_ms {
-                if count(t, t + 1_000) as f64 >= before / 2.0 {
+            while t + WINDOW_MS <= rec.duration_ms {
+                if count(t, t + WINDOW_MS) as f64 >= before / 2.0 {
                     back = Some(t - span.end_ms);
                     break;
                 }
-                t += 100;
+                t += 50;
             }
         } else {
             back = Some(0);

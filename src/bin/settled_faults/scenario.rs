@@ -264,7 +264,7 @@ async fn run_on(
     faults::schedule(target.clone(), faults, until, settings.gap, settings.seed).await;
     // A quiet tail at the full rate, so that recovery from the last faults is
     // measured against the same work as before them.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(10).min(settings.gap * 2)).await;
 
     // Every fault is over: stop producing, let every batch be acknowledged,
     // then let the workers finish everything that is active.

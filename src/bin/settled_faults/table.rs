@@ -35,14 +35,15 @@ pub fn render(reports: &[Report]) -> String {
     }
     out.push_str(
         "\nRecovery: the longest time, per fault, from its end until outcomes were acknowledged \
-         at half the rate of the 5 s before it began.\n\n| scenario | recovery |\n|---|---|\n",
+         at half the rate of the 5 s before it began (counted over a quarter second).\n\n\
+         | scenario | recovery |\n|---|---|\n",
     );
     for r in reports {
         let cells: Vec<String> = r
             .recovery_ms
             .iter()
             .map(|(fault, ms)| match ms {
-                Some(ms) => format!("{fault} {:.1} s", *ms as f64 / 1_000.0),
+                Some(ms) => format!("{fault} {:.2} s", *ms as f64 / 1_000.0),
                 None => format!("{fault} not back within the run"),
             })
             .collect();
