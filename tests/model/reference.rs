@@ -235,7 +235,8 @@ impl Model {
         };
         let failure = input.failure().map(|f| (f.code, f.detail_sha256.clone()));
         if !row.matches(c, now) {
-            // Only an identical dead-letter decision is answered again.
+            // Only an identical dead-letter decision, under the claim that
+            // made it, is answered again.
             if let Status::Dead {
                 attempts,
                 code,
@@ -244,6 +245,7 @@ impl Model {
             } = &row.status
             {
                 let same = failure.as_ref() == Some(&(*code, sha.clone()))
+                    && c.row_version == row.row_version
                     && c.finalized_at == row.finalized_at
                     && c.attempts + 1 == *attempts;
                 if same {
