@@ -196,6 +196,9 @@ async fn run_on(
     if !settings.faults.is_empty() {
         faults.retain(|f| settings.faults.contains(f));
     }
+    if faults.is_empty() {
+        return Err(format!("none of the chosen faults applies to {}", scenario.name()).into());
+    }
     let fake_clock = Path::new(LIBFAKETIME).exists();
     if !fake_clock && faults.contains(&Fault::ClockStep) {
         return Err(format!(
