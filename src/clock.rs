@@ -1,7 +1,7 @@
 //! The server's clock: the only clock the store ever sees.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch.
@@ -64,7 +64,7 @@ impl Clock for ManualClock {
 pub struct SteadyClock {
     anchor: std::time::Instant,
     /// Unix ms at `anchor`, as the latest reference sample puts it.
-    base_ms: std::sync::atomic::AtomicI64,
+    base_ms: AtomicI64,
     /// The latest time read, so that no reading is earlier than one before.
     last_ms: AtomicU64,
 }
@@ -77,7 +77,7 @@ impl SteadyClock {
         let wall = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
         Self {
             anchor,
-            base_ms: std::sync::atomic::AtomicI64::new(wall),
+            base_ms: AtomicI64::new(wall),
             last_ms: AtomicU64::new(0),
         }
     }
@@ -85,8 +85,7 @@ impl SteadyClock {
     /// Take `reference_ms` as the time it was at `at` (a sample of the
     /// reference clock, best taken midway through the round trip that read it).
     pub fn resync(&self, reference_ms: u64, at: std::time::Instant) {
-        let since_anchor = i64::try_from(at.saturating_duration_since(self.anchor).as_millis())
-            .unwrap_or(i64::MAX);
+        let since_anchor = self.ms_since_anchor(at);
         let reference = i64::try_from(reference_ms).unwrap_or(i64::MAX);
         self.base_ms
             .store(reference.saturating_sub(since_anchor), Ordering::SeqCst);
@@ -95,8 +94,7 @@ impl SteadyClock {
     /// How far the reference is from this clock now (positive: reference ahead).
     #[must_use]
     pub fn offset_from(&self, reference_ms: u64, at: std::time::Instant) -> i64 {
-        let since_anchor = i64::try_from(at.saturating_duration_since(self.anchor).as_millis())
-            .unwrap_or(i64::MAX);
+        let since_anchor = self.ms_since_anchor(at);
         let ours = self
             .base_ms
             .load(Ordering::SeqCst)
@@ -107,9 +105,16 @@ impl SteadyClock {
     }
 }
 
+impl SteadyClock {
+    /// Whole milliseconds from the anchor to `at` (0 before it).
+    fn ms_since_anchor(&self, at: std::time::Instant) -> i64 {
+        i64::try_from(at.saturating_duration_since(self.anchor).as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
 impl Clock for SteadyClock {
     fn now_ms(&self) -> u64 {
-        let elapsed = i64::try_from(self.anchor.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let elapsed = self.ms_since_anchor(std::time::Instant::now());
         let now = self
             .base_ms
             .load(Ordering::SeqCst)

@@ -139,15 +139,18 @@ impl Recorder {
 
     /// What was recorded so far, taken out of the recorder.
     pub fn take_recording(&self, scenario: &str) -> Recording {
-        let take =
-            |m: &Mutex<Vec<_>>| std::mem::take(&mut *m.lock().unwrap_or_else(|p| p.into_inner()));
         Recording {
             scenario: scenario.to_owned(),
-            ops: take(&self.ops),
-            faults: std::mem::take(&mut *self.faults.lock().unwrap_or_else(|p| p.into_inner())),
+            ops: take_all(&self.ops),
+            faults: take_all(&self.faults),
             finals: BTreeMap::new(),
             total_stored: 0,
             duration_ms: self.now_ms(),
         }
     }
+}
+
+/// Everything in `list`, leaving it empty (a panicked writer's items too).
+fn take_all<T>(list: &Mutex<Vec<T>>) -> Vec<T> {
+    std::mem::take(&mut *list.lock().unwrap_or_else(|p| p.into_inner()))
 }
