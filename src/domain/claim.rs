@@ -260,11 +260,26 @@ impl LeaseToken {
         Self(value)
     }
 
-    /// A new unpredictable token: 128 bits from the OS, as hex.
-    pub fn generate() -> Result<Self, getrandom::Error> {
+    /// A new unpredictable token for a claim made at `claimed_at_ms`: 128
+    /// bits from the OS as hex, then `.` and the claim time. The time rides
+    /// in the token so that an outcome can tell how long its claim took
+    /// (`/metrics`) without another column on the hot path; it is trusted
+    /// only once the token has matched the stored one.
+    pub fn generate(claimed_at_ms: u64) -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)?;
-        Ok(Self(hex::encode(bytes)))
+        Ok(Self(format!("{}.{claimed_at_ms}", hex::encode(bytes))))
+    }
+
+    /// When the claim that made this token was made (server ms), if the
+    /// token says so (tokens made by earlier releases carry none).
+    #[must_use]
+    pub fn claimed_at_ms(&self) -> Option<u64> {
+        let (secret, at) = self.0.split_once('.')?;
+        if secret.len() != 32 || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        at.parse().ok()
     }
 
     /// The token as text.
@@ -325,6 +340,10 @@ pub struct Claimed {
     /// Whether this claim took the receipt over from a lease that expired
     /// unreported (what `/metrics` counts as a lease expiry).
     pub after_expiry: bool,
+    /// Since when the receipt was claimable (server ms): its due time, or
+    /// the end of the expired lease this claim took over, whichever is later
+    /// (`/metrics` time in queue).
+    pub queued_since_ms: u64,
 }
 
 /// The OpenAPI schema of an observation (the values themselves are
@@ -389,11 +408,18 @@ mod tests {
             Err(LeaseTokenLength)
         );
         let (a, b) = (
-            LeaseToken::generate().unwrap(),
-            LeaseToken::generate().unwrap(),
+            LeaseToken::generate(1_764_460_800_000).unwrap(),
+            LeaseToken::generate(1_764_460_800_000).unwrap(),
         );
-        assert_eq!(a.as_str().len(), 32);
+        assert_eq!(a.as_str().len(), 32 + 1 + 13);
         assert_ne!(a, b);
+        assert_eq!(a.claimed_at_ms(), Some(1_764_460_800_000));
+        // An earlier release's token, or one a worker made up, says nothing.
+        assert_eq!(
+            LeaseToken::parse(&"a".repeat(32)).unwrap().claimed_at_ms(),
+            None
+        );
+        assert_eq!(LeaseToken::parse("abc.12").unwrap().claimed_at_ms(), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
+use super::metrics::ClaimResult;
 use super::waiting::FALLBACK_POLL;
 use super::wire::{self, ClaimBody, MAX_WAIT_MS};
 use crate::domain::{ClaimLimit, LeaseMs};
@@ -141,7 +142,14 @@ async fn claim_batch(
         drop(turn);
         let now = Instant::now();
         if !due.claims.is_empty() || now >= deadline || app.shutting_down() {
-            app.metrics.claimed(&due.claims);
+            app.metrics.claimed(&due.claims, app.now());
+            app.metrics.claim_request(if !due.claims.is_empty() {
+                ClaimResult::Leased
+            } else if due.look_again_ms.is_some() {
+                ClaimResult::LookAgain
+            } else {
+                ClaimResult::Empty
+            });
             return Ok(Json(ClaimsOut {
                 claims: due.claims.into_iter().map(ClaimBody::from).collect(),
                 look_again_ms: due.look_again_ms,
@@ -202,13 +210,17 @@ async fn claim_one(
     let id = wire::parse_receipt_id(&id)?;
     let worker = wire::parse_worker_id(&body.worker_id)?;
     let lease = LeaseMs::try_from(body.lease_ms)?;
-    match app
+    let answer = app
         .store
         .claim_receipt(&id, &worker, app.now(), lease)
-        .await?
-    {
+        .await?;
+    app.metrics.claim_request(match answer {
+        ReceiptClaim::Claimed(_) => ClaimResult::Leased,
+        _ => ClaimResult::Refused,
+    });
+    match answer {
         ReceiptClaim::Claimed(claim) => {
-            app.metrics.claimed([&claim]);
+            app.metrics.claimed([&claim], app.now());
             Ok(Json(claim.into()))
         }
         ReceiptClaim::Leased => Err(ApiError::conflict(

@@ -15,8 +15,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::{Claimed, Route};
-use crate::store::{Acted, ActionResult, ReceiptState, StatusView};
+use crate::domain::{Claim, Claimed, Outcome, Route};
+use crate::store::{Acted, ActionResult, GLANCE_GROUPS, ReceiptState, StatusView};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -33,7 +33,19 @@ struct RouteLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
-    route: String,
+    route: &'static str,
+    kind: &'static str,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteOnlyLabels {
+    route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClaimResultLabels {
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,6 +70,11 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     claims: Counter,
+    claim_requests: Family<ClaimResultLabels, Counter>,
+    time_in_queue: Family<GroupLabels, Histogram>,
+    claim_to_outcome: Family<RouteOnlyLabels, Histogram>,
+    labelled_groups: LabelledGroups,
+    extensions: Counter,
     outcomes: Family<OutcomeLabels, Counter>,
     conflicts: Counter,
     actions: Family<ActionLabels, Counter>,
@@ -100,8 +117,42 @@ impl Default for Metrics {
         );
         let claims = Counter::default();
         registry.register("claims", "Receipts leased to workers", claims.clone());
+        let claim_requests = Family::<ClaimResultLabels, Counter>::default();
+        registry.register(
+            "claim_requests",
+            "Claim calls by result: leased (one receipt or more), empty, look_again \
+             (empty while a group's rate limit held due work back), refused (a claim by id)",
+            claim_requests.clone(),
+        );
+        let time_in_queue = Family::<GroupLabels, Histogram>::new_with_constructor(wait_histogram);
+        registry.register_with_unit(
+            "time_in_queue",
+            "From a receipt being claimable (due, or its lease expired) to its claim, per group \
+             (the first 100 groups seen; the rest under group=\"\")",
+            Unit::Seconds,
+            time_in_queue.clone(),
+        );
+        let claim_to_outcome =
+            Family::<RouteOnlyLabels, Histogram>::new_with_constructor(wait_histogram);
+        registry.register_with_unit(
+            "claim_to_outcome",
+            "From a claim to its committed outcome, by route",
+            Unit::Seconds,
+            claim_to_outcome.clone(),
+        );
+        let extensions = Counter::default();
+        registry.register(
+            "lease_extensions",
+            "Leases extended (heartbeats answered with a new lease_until_ms)",
+            extensions.clone(),
+        );
         let outcomes = Family::<OutcomeLabels, Counter>::default();
-        registry.register("outcomes", "Outcomes committed, by route", outcomes.clone());
+        registry.register(
+            "outcomes",
+            "Outcomes committed, by route, outcome kind and code (failure code or skip reason; \
+             empty for accepted)",
+            outcomes.clone(),
+        );
         let conflicts = Counter::default();
         registry.register(
             "conflicts",
@@ -189,6 +240,11 @@ impl Default for Metrics {
             requests,
             latency,
             claims,
+            claim_requests,
+            time_in_queue,
+            claim_to_outcome,
+            labelled_groups: LabelledGroups::default(),
+            extensions,
             outcomes,
             conflicts,
             actions,
@@ -220,24 +276,63 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// Receipts leased; those taken over from an expired lease count as
-    /// lease expiries too.
-    pub fn claimed<'a>(&self, claims: impl IntoIterator<Item = &'a Claimed>) {
+    /// Receipts leased at `now_ms`; those taken over from an expired lease
+    /// count as lease expiries too.
+    pub fn claimed<'a>(&self, claims: impl IntoIterator<Item = &'a Claimed>, now_ms: u64) {
         for claimed in claims {
             self.claims.inc();
             if claimed.after_expiry {
                 self.expiries.inc();
             }
+            let group = self.labelled_groups.label(claimed.group.as_str());
+            self.time_in_queue
+                .get_or_create(&GroupLabels { group })
+                .observe(seconds_between(claimed.queued_since_ms, now_ms));
         }
     }
 
-    /// One committed outcome.
-    pub fn routed(&self, route: &Route) {
+    /// One claim call and what it got.
+    pub fn claim_request(&self, result: ClaimResult) {
+        let result = match result {
+            ClaimResult::Leased => "leased",
+            ClaimResult::Empty => "empty",
+            ClaimResult::LookAgain => "look_again",
+            ClaimResult::Refused => "refused",
+        };
+        self.claim_requests
+            .get_or_create(&ClaimResultLabels { result })
+            .inc();
+    }
+
+    /// One lease extended.
+    pub fn extended(&self) {
+        self.extensions.inc();
+    }
+
+    /// One committed outcome of `claim`, at `now_ms`.
+    pub fn routed(&self, claim: &Claim, outcome: &Outcome, route: &Route, now_ms: u64) {
+        let code = match outcome {
+            Outcome::Accepted { .. } => "",
+            Outcome::Skipped { reason } => reason.as_str(),
+            Outcome::Retryable { reason, .. } | Outcome::Permanent { reason } => {
+                reason.code.as_str()
+            }
+        };
         self.outcomes
             .get_or_create(&OutcomeLabels {
-                route: route.kind().to_owned(),
+                route: route.kind(),
+                kind: outcome.kind(),
+                code,
             })
             .inc();
+        // The token says when its claim was made; it matched the stored one.
+        if let Some(at) = claim.lease_token.claimed_at_ms() {
+            self.claim_to_outcome
+                .get_or_create(&RouteOnlyLabels {
+                    route: route.kind(),
+                })
+                .observe(seconds_between(at, now_ms));
+        }
     }
 
     /// One refused write.
@@ -318,6 +413,58 @@ impl Metrics {
     }
 }
 
+/// What a claim call got (`settled_claim_requests_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimResult {
+    Leased,
+    Empty,
+    LookAgain,
+    Refused,
+}
+
+/// Buckets for waits: 5 ms to a day, as queues wait (a worker's busy
+/// minute and an outage's hours both have a bucket).
+fn wait_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+        3_600.0, 21_600.0, 86_400.0,
+    ])
+}
+
+/// `to - from` in seconds; 0 when the clock says `to` came first.
+fn seconds_between(from_ms: u64, to_ms: u64) -> f64 {
+    to_ms.saturating_sub(from_ms) as f64 / 1000.0
+}
+
+/// Group labels of the per-group histograms: the first [`GLANCE_GROUPS`]
+/// groups seen keep their names, later ones share `""` (no group has an
+/// empty name), so a producer naming groups cannot grow `/metrics` without
+/// bound.
+#[derive(Default)]
+struct LabelledGroups(std::sync::RwLock<std::collections::HashSet<String>>);
+
+impl LabelledGroups {
+    fn label(&self, group: &str) -> String {
+        let known = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.contains(group) {
+            return group.to_owned();
+        }
+        drop(known);
+        let mut known = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.len() < GLANCE_GROUPS {
+            known.insert(group.to_owned());
+            return group.to_owned();
+        }
+        known.get(group).cloned().unwrap_or_default()
+    }
+}
+
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let status = app.store.status_at_a_glance(app.now(), 1).await?;
@@ -333,3 +480,18 @@ pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, A
 
 /// Shared handle.
 pub type SharedMetrics = Arc<Metrics>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_past_the_first_hundred_share_one_label() {
+        let groups = LabelledGroups::default();
+        for i in 0..GLANCE_GROUPS {
+            assert_eq!(groups.label(&format!("g{i}")), format!("g{i}"));
+        }
+        assert_eq!(groups.label("late"), "", "the 101st group");
+        assert_eq!(groups.label("g7"), "g7", "a labelled group keeps its name");
+    }
+}

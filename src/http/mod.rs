@@ -160,14 +160,16 @@ impl AppState {
         })
     }
 
-    /// [`Self::checked`], counting the committed route of `input` too.
+    /// [`Self::checked`], counting the committed route of `input` (the
+    /// outcome of `claim`) too.
     fn count(
         &self,
         result: crate::store::StoreResult<crate::domain::Route>,
+        claim: &crate::domain::Claim,
         input: &crate::domain::Outcome,
     ) -> Result<crate::domain::Route, ApiError> {
         let route = self.checked(result)?;
-        self.metrics.routed(&route);
+        self.metrics.routed(claim, input, &route, self.now());
         self.tally(&stats::routed(input, &route));
         Ok(route)
     }

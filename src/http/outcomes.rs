@@ -49,7 +49,7 @@ async fn record_one(
         .store
         .record_claimed_outcome(&claim, &outcome, app.policy, app.now())
         .await;
-    Ok(Json(app.count(route, &outcome)?))
+    Ok(Json(app.count(route, &claim, &outcome)?))
 }
 
 /// A batch of outcomes.
@@ -108,8 +108,8 @@ async fn record_batch(
             .record_claimed_outcomes(&pairs, app.policy, app.now())
             .await?
     };
-    for ((index, result), (_, input)) in indexes.into_iter().zip(routed).zip(&pairs) {
-        match app.count(result, input) {
+    for ((index, result), (claim, input)) in indexes.into_iter().zip(routed).zip(&pairs) {
+        match app.count(result, claim, input) {
             Ok(route) => results[index].route = Some(route),
             Err(e) => results[index].error = Some(e.problem()),
         }
@@ -181,10 +181,9 @@ async fn extend_lease(
     wire::parse_receipt_id(&id)?;
     let claim = wire::parse_claim(body.claim, Some(&id))?;
     let extend = LeaseMs::try_from(body.extend_ms)?;
-    Ok(Json(
-        app.checked(app.store.extend_lease(&claim, extend, app.now()).await)?
-            .into(),
-    ))
+    let claimed = app.checked(app.store.extend_lease(&claim, extend, app.now()).await)?;
+    app.metrics.extended();
+    Ok(Json(claimed.into()))
 }
 
 /// Extend up to 1024 leases at once (a worker's heartbeat for every lease it
@@ -237,7 +236,10 @@ async fn extend_batch(
                     .next()
                     .unwrap_or_else(|| Err(crate::domain::StoreError::backend("no result")));
                 let (claim_out, error) = match app.checked(answer) {
-                    Ok(claimed) => (Some(claimed.into()), None),
+                    Ok(claimed) => {
+                        app.metrics.extended();
+                        (Some(claimed.into()), None)
+                    }
                     Err(e) => (None, Some(e.problem())),
                 };
                 LeaseExtendResult {

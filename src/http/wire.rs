@@ -274,6 +274,7 @@ impl From<Claimed> for ClaimBody {
             group,
             priority,
             after_expiry: _,
+            queued_since_ms: _,
         } = claimed;
         Self {
             receipt_id: claim.receipt_id.as_str().to_owned(),
@@ -416,6 +417,7 @@ mod tests {
             group: GroupName::parse("rail:ach").unwrap(),
             priority: Priority::parse(7).unwrap(),
             after_expiry: true,
+            queued_since_ms: 40,
         }
     }
 

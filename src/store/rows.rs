@@ -164,14 +164,17 @@ impl ReceiptRow {
     }
 
     /// The row just leased (or extended), as handed to the worker;
-    /// `after_expiry` when the lease it replaced had expired.
-    pub fn claimed(&self, after_expiry: bool) -> StoreResult<Claimed> {
+    /// `replaced_until` is the end of the expired lease it replaced, if any.
+    pub fn claimed(&self, replaced_until: Option<i64>) -> StoreResult<Claimed> {
+        let due = self.next_visible_at_ms.unwrap_or(0);
+        let queued_since = replaced_until.map_or(due, |until| until.max(due));
         Ok(Claimed {
             claim: self.lease()?.ok_or_else(|| corrupt("lease"))?,
             observation: observation(self.observation.as_deref())?,
             group: GroupName::from_stored(self.receipt_group.clone()),
             priority: self.priority()?,
-            after_expiry,
+            after_expiry: replaced_until.is_some(),
+            queued_since_ms: to_u64(queued_since, "next_visible_at_ms")?,
         })
     }
 

@@ -299,8 +299,8 @@ pub fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
 
 /// A fresh store binding: 256 bits from the OS CSPRNG.
 /// A new lease token (`LeaseToken::generate`), as the database keeps it.
-pub fn new_lease_token() -> StoreResult<String> {
-    LeaseToken::generate()
+pub fn new_lease_token(now_ms: i64) -> StoreResult<String> {
+    LeaseToken::generate(u64::try_from(now_ms).unwrap_or(0))
         .map(String::from)
         .map_err(|e| StoreError::backend(format!("os rng: {e}")))
 }

@@ -101,23 +101,14 @@ async fn tokens_are_long_unpredictable_and_never_repeat(fresh: Fresh) {
             .unwrap();
         assert_eq!(claims.len(), 40);
         for c in claims {
-            let hex_digits = c
-                .lease_token
-                .as_str()
-                .chars()
-                .filter(char::is_ascii_hexdigit)
-                .count();
+            // The secret, then `.` and the claim time (metrics read it).
+            let (secret, at) = c.lease_token.as_str().split_once('.').unwrap();
             assert!(
-                hex_digits >= 32,
-                "token carries under 128 bits: {:?}",
+                secret.len() >= 32 && secret.chars().all(|ch| ch.is_ascii_hexdigit()),
+                "token carries under 128 bits of hex: {:?}",
                 c.lease_token
             );
-            assert_eq!(
-                hex_digits,
-                c.lease_token.as_str().len(),
-                "token is not hex: {:?}",
-                c.lease_token
-            );
+            assert_eq!(at, now.to_string(), "the claim time follows the secret");
             assert!(
                 tokens.insert(c.lease_token.clone()),
                 "a lease token repeated"

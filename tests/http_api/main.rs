@@ -14,6 +14,7 @@ mod feed;
 mod groups;
 mod long_polls;
 mod metrics;
+mod monitoring;
 mod operations;
 mod outcomes;
 mod receipt_search;

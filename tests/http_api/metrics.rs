@@ -8,7 +8,7 @@ use crate::common::Fresh;
 use crate::common::http::{T0, spawn};
 
 /// `name{labels}` → value, from the text exposition.
-fn parse(text: &str) -> HashMap<String, f64> {
+pub fn parse(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| {
@@ -73,9 +73,23 @@ async fn metrics_follow_a_scripted_scenario(fresh: Fresh) {
     );
     let m = parse(&s.get_text("/metrics").await);
     assert_eq!(m["settled_claims_total"], 6.0);
-    assert_eq!(m[r#"settled_outcomes_total{route="no_action"}"#], 1.0);
-    assert_eq!(m[r#"settled_outcomes_total{route="retry_scheduled"}"#], 1.0);
-    assert_eq!(m[r#"settled_outcomes_total{route="dead_lettered"}"#], 1.0);
+    assert_eq!(
+        m[r#"settled_outcomes_total{route="no_action",kind="accepted",code=""}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"settled_outcomes_total{route="retry_scheduled",kind="retryable",code="rpc"}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"settled_outcomes_total{route="dead_lettered",kind="permanent",code="signature"}"#],
+        1.0
+    );
+    assert_eq!(m[r#"settled_claim_requests_total{result="leased"}"#], 3.0);
+    assert_eq!(
+        m[r#"settled_time_in_queue_seconds_count{group="default"}"#],
+        6.0
+    );
     assert_eq!(m["settled_conflicts_total"], 1.0);
     assert_eq!(m["settled_lease_expiries_total"], 1.0);
     assert_eq!(m[r#"settled_receipts{state="leased"}"#], 2.0);
@@ -194,8 +208,117 @@ async fn made_up_methods_and_paths_do_not_grow_the_metrics(fresh: Fresh) {
     s.stop().await;
 }
 
+/// The wait histograms measure this run's waits on the server clock, and
+/// the outcome counter agrees with the receipts' history.
+async fn queue_times_and_outcome_counts_follow_the_run(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    for (id, group) in [("q1", "rail-a"), ("q2", "rail-b"), ("q3", "rail-a")] {
+        s.post(
+            "/v1/receipts",
+            json!({"receipt_id": id, "finalized_at": 1, "group": group}),
+        )
+        .await
+        .ok(201);
+    }
+    s.clock.advance(2_500);
+    let claims = s.claim("w", 3).await;
+    assert_eq!(claims.len(), 3);
+    s.clock.advance(1_000);
+    let by_id = |id: &str| claims.iter().find(|c| c["receipt_id"] == id).unwrap();
+    s.outcome(
+        by_id("q1"),
+        json!({"kind": "accepted", "transcript_id": "t"}),
+    )
+    .await
+    .ok(200);
+    s.clock.advance(500);
+    let batch = json!({"outcomes": [
+        {"claim": by_id("q2"), "outcome": {"kind": "retryable", "code": "rpc", "detail": "x"}},
+        {"claim": by_id("q1"), "outcome": {"kind": "skipped", "reason": "denied"}},
+    ]});
+    let results = s.post("/v1/outcomes", batch).await.ok(200).clone();
+    assert!(results["results"][1]["error"].is_object(), "q1 is finished");
+    // q3's lease is extended one by one and in a batch; claimed by id it is refused.
+    let q3 = by_id("q3").clone();
+    let extended = s
+        .post(
+            "/v1/receipts/q3/lease",
+            json!({"claim": q3, "extend_ms": 60_000}),
+        )
+        .await
+        .ok(200)
+        .clone();
+    s.post(
+        "/v1/leases/extend",
+        json!({"leases": [{"claim": extended, "extend_ms": 60_000}]}),
+    )
+    .await
+    .ok(200);
+    s.post(
+        "/v1/receipts/q3/claim",
+        json!({"worker_id": "w2", "lease_ms": 1_000}),
+    )
+    .await
+    .assert_problem(409, "receipt_leased", "conflict");
+    assert!(s.claim("w", 5).await.is_empty());
+
+    let m = parse(&s.get_text("/metrics").await);
+    for group in ["rail-a", "rail-b"] {
+        let per =
+            |what: &str| m[&format!(r#"settled_time_in_queue_seconds_{what}{{group="{group}"}}"#)];
+        let claimed = if group == "rail-a" { 2.0 } else { 1.0 };
+        assert_eq!(per("count"), claimed, "{group}");
+        assert_eq!(
+            per("sum"),
+            2.5 * claimed,
+            "{group}: due at T0, claimed at +2.5 s"
+        );
+    }
+    assert_eq!(
+        m[r#"settled_claim_to_outcome_seconds_sum{route="no_action"}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"settled_claim_to_outcome_seconds_sum{route="retry_scheduled"}"#],
+        1.5
+    );
+    assert_eq!(
+        m[r#"settled_claim_to_outcome_seconds_bucket{le="1.0",route="no_action"}"#],
+        1.0
+    );
+    assert_eq!(m["settled_lease_extensions_total"], 2.0);
+    assert_eq!(m[r#"settled_claim_requests_total{result="leased"}"#], 1.0);
+    assert_eq!(m[r#"settled_claim_requests_total{result="empty"}"#], 1.0);
+    assert_eq!(m[r#"settled_claim_requests_total{result="refused"}"#], 1.0);
+    // Outcomes by route, kind and code: exactly the receipts' history.
+    let mut history: HashMap<String, f64> = HashMap::new();
+    for id in ["q1", "q2", "q3"] {
+        for entry in s.receipt(id).await["history"].as_array().unwrap() {
+            let code = entry["code"]
+                .as_str()
+                .or(entry["reason"].as_str())
+                .unwrap_or("");
+            let key = format!(
+                r#"settled_outcomes_total{{route="{}",kind="{}",code="{code}"}}"#,
+                entry["route"].as_str().unwrap(),
+                entry["outcome"].as_str().unwrap(),
+            );
+            *history.entry(key).or_default() += 1.0;
+        }
+    }
+    let counted: HashMap<String, f64> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("settled_outcomes_total{"))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    assert_eq!(counted, history);
+    assert_eq!(history.len(), 2, "{history:?}");
+    s.stop().await;
+}
+
 crate::on_every_backend!(
     metrics_follow_a_scripted_scenario,
+    queue_times_and_outcome_counts_follow_the_run,
     requests_carry_a_request_id,
     made_up_methods_and_paths_do_not_grow_the_metrics
 );

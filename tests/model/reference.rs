@@ -194,6 +194,8 @@ impl Model {
     pub fn lease(&mut self, id: &str, worker: &str, now: u64, lease: u64, token: &str) -> Claimed {
         let row = self.rows.get_mut(id).unwrap();
         let after_expiry = row.lease.is_some();
+        let due = row.next_visible.unwrap();
+        let queued_since_ms = row.lease.as_ref().map_or(due, |l| l.2.max(due));
         row.row_version += 1;
         row.lease = Some((worker.into(), token.into(), now + lease));
         Claimed {
@@ -210,6 +212,7 @@ impl Model {
             group: GroupName::default_group(),
             priority: Priority::parse(row.priority).unwrap(),
             after_expiry,
+            queued_since_ms,
         }
     }
 
@@ -331,6 +334,7 @@ impl Model {
             group: GroupName::default_group(),
             priority: Priority::parse(row.priority).unwrap(),
             after_expiry: false,
+            queued_since_ms: row.next_visible.unwrap(),
         })
     }
 

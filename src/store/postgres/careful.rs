@@ -231,7 +231,7 @@ async fn extend(tx: &mut Tx, claim: &Claim, now_ms: u64, until: i64) -> StoreRes
         .fetch_optional(&mut **tx)
         .await?;
     match updated {
-        Some(row) => row.claimed(false),
+        Some(row) => row.claimed(None),
         None => {
             let row = row(tx, claim.receipt_id.as_str()).await?;
             Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)))

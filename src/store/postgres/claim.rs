@@ -196,14 +196,14 @@ async fn claim_one(
                 .bind(row.row_version)
                 .bind(version)
                 .bind(worker_id.as_str())
-                .bind(rules::new_lease_token()?)
+                .bind(rules::new_lease_token(now)?)
                 .bind(until)
                 .bind(now)
                 .fetch_optional(&mut **tx)
                 .await?;
             let leased = leased.ok_or_else(rules::changed_while_claimed)?;
             // A due row that still holds a lease holds an expired one.
-            ReceiptClaim::Claimed(leased.claimed(row.lease_until_ms.is_some())?)
+            ReceiptClaim::Claimed(leased.claimed(row.lease_until_ms)?)
         }
         _ => ReceiptClaim::NoActiveWork,
     })
@@ -234,7 +234,7 @@ async fn lease_due(
     }
     let tokens = slots
         .iter()
-        .map(|_| rules::new_lease_token())
+        .map(|_| rules::new_lease_token(now))
         .collect::<StoreResult<Vec<_>>>()?;
     let mut rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_DUE)
         .bind(now)
@@ -263,7 +263,7 @@ async fn lease_due(
             if rules::next_row_version(r.prior_version)? != r.row.row_version {
                 return Err(StoreError::invalid_record("row_version did not advance"));
             }
-            r.row.claimed(r.prior_until.is_some())
+            r.row.claimed(r.prior_until)
         })
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(fair.answer(claims))

@@ -304,7 +304,7 @@ async fn run_round(
         match row {
             // A row that does not convert is refused like any other value;
             // the careful run answers it alone, rolled back.
-            Some(row) => match row.claimed(false) {
+            Some(row) => match row.claimed(None) {
                 Ok(claim) => answers[unit] = Some(UnitAnswer::Extended(Ok(claim))),
                 Err(_) => return Ok(false),
             },

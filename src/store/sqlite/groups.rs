@@ -331,7 +331,7 @@ pub(super) fn lease(
     until: i64,
 ) -> StoreResult<Claimed> {
     let version = rules::next_row_version(row.row_version)?;
-    let token = rules::new_lease_token()?;
+    let token = rules::new_lease_token(now)?;
     let changed = conn
         .prepare_cached(
             "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
@@ -353,11 +353,11 @@ pub(super) fn lease(
     }
     row.row_version = version;
     // A due row that still holds a lease holds an expired one.
-    let after_expiry = row.lease_until_ms.is_some();
+    let replaced_until = row.lease_until_ms;
     row.lease_owner = Some(worker_id.as_str().to_owned());
     row.lease_token = Some(token);
     row.lease_until_ms = Some(until);
-    row.claimed(after_expiry)
+    row.claimed(replaced_until)
 }
 
 /// Whether group `name`'s limits let a claim by id take one receipt now;

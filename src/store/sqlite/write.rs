@@ -469,7 +469,7 @@ pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreR
             results[i] = Some(match updated.get(id) {
                 // A corrupt row fails the whole call, so that its savepoint
                 // undoes the extension the caller is not told about.
-                Some(row) => Ok(row.claimed(false)?),
+                Some(row) => Ok(row.claimed(None)?),
                 None => Err(lease_miss(found.get(id), &it.claim, it.now_ms)),
             });
         }
