@@ -2,7 +2,8 @@
 # Installs what the SDK tests (tests/sdk/driver.rs) need, only where it is missing or out of
 # date, the way a user installs the SDKs:
 # - clients/python/.venv: `pip install ./clients/python` (reinstalled when the SDK's files
-#   change), with mypy and PyYAML for the type check and the generator, and httpx for the
+#   change), with mypy and PyYAML for the type check and the generator, OpenTelemetry's API and
+#   SDK for the trace test (tests/sdk/traces.py), and httpx for the
 #   scenario driver and the bench (tests/sdk/scenarios.py, bench/sdk/run.py);
 # - clients/typescript/node_modules: typescript, openapi-typescript and @types/node, from the
 #   committed package-lock.json (the built files in dist/ are committed: no build on install);
@@ -23,7 +24,8 @@ venv=clients/python/.venv
 if [ "$(cat $venv/.installed-from 2>/dev/null || true)" != "$want" ]; then
   echo "sdk: pip install ./clients/python (and mypy, PyYAML) into $venv"
   [ -x $venv/bin/python ] || python3 -m venv $venv
-  $venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./clients/python "mypy==2.4.1" "PyYAML==6.0.4" "httpx==0.28.1"
+  $venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./clients/python "mypy==2.4.1" "PyYAML==6.0.4" "httpx==0.28.1" \
+    "opentelemetry-api==1.29.0" "opentelemetry-sdk==1.29.0"
   echo "$want" >$venv/.installed-from
 fi
 

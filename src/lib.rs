@@ -7,3 +7,4 @@ pub mod http;
 pub mod retention;
 pub mod server;
 pub mod store;
+pub mod telemetry;

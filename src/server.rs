@@ -25,6 +25,9 @@ pub enum StartError {
     /// Says what was tried (the path, the host and port) and what to do.
     #[error("{0}")]
     Store(String),
+    /// The OTLP trace exporter cannot be built from the `OTEL_*` variables.
+    #[error("{0}")]
+    Telemetry(String),
     #[error("cannot listen on {addr}: {source}{}", listen_hint(.source))]
     Listen {
         addr: std::net::SocketAddr,
@@ -108,10 +111,17 @@ pub async fn run(
             rx.clone(),
         ));
     }
-    let state = AppState::new(store, policy, clock, rx)
+    let mut state = AppState::new(store, policy, clock, rx)
         .with_tokens(tokens)
         .with_allowed_hosts(hosts)
         .with_stream_limits(streams);
+    let (dropped, exported) = state.trace_counters();
+    let telemetry =
+        crate::telemetry::Telemetry::from_env(dropped, exported).map_err(StartError::Telemetry)?;
+    if let Some(telemetry) = telemetry.clone() {
+        tracing::info!("exporting traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)");
+        state = state.with_telemetry(telemetry);
+    }
     let stop = async move {
         stop.await;
         tracing::info!("shutting down: finishing requests in flight");
@@ -122,9 +132,11 @@ pub async fn run(
         max_connections: args.max_connections,
         ..Limits::default()
     };
-    serve_with(listener, state, stop, limits)
-        .await
-        .map_err(StartError::Serve)
+    let served = serve_with(listener, state, stop, limits).await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    served.map_err(StartError::Serve)
 }
 
 /// How long shutdown waits for open connections once `stop` has resolved.

@@ -344,6 +344,8 @@ pub struct Claimed {
     /// the end of the expired lease this claim took over, whichever is later
     /// (`/metrics` time in queue).
     pub queued_since_ms: u64,
+    /// The producer's trace context, if it sent one.
+    pub trace: Option<super::TraceContext>,
 }
 
 /// The OpenAPI schema of an observation (the values themselves are

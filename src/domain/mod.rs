@@ -8,6 +8,7 @@ mod reasons;
 mod route;
 mod rules;
 mod text;
+mod trace;
 
 pub use claim::*;
 pub use group::*;
@@ -17,3 +18,4 @@ pub use reasons::*;
 pub use route::*;
 pub use rules::*;
 pub use text::*;
+pub use trace::*;

@@ -14,6 +14,7 @@ use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
 use super::metrics::ClaimResult;
+use super::spans;
 use super::waiting::FALLBACK_POLL;
 use super::wire::{self, ClaimBody, MAX_WAIT_MS};
 use crate::domain::{ClaimLimit, LeaseMs};
@@ -143,6 +144,7 @@ async fn claim_batch(
         let now = Instant::now();
         if !due.claims.is_empty() || now >= deadline || app.shutting_down() {
             app.metrics.claimed(&due.claims, app.now());
+            spans::note_claimed(worker.as_str(), &due.claims);
             app.metrics.claim_request(if !due.claims.is_empty() {
                 ClaimResult::Leased
             } else if due.look_again_ms.is_some() {
@@ -220,8 +222,9 @@ async fn claim_one(
     });
     match answer {
         ReceiptClaim::Claimed(claim) => {
-            app.metrics.claimed([&claim], app.now());
-            Ok(Json(claim.into()))
+            app.metrics.claimed([&*claim], app.now());
+            spans::note_claimed(worker.as_str(), [&*claim]);
+            Ok(Json((*claim).into()))
         }
         ReceiptClaim::Leased => Err(ApiError::conflict(
             ProblemCode::ReceiptLeased,

@@ -50,6 +50,7 @@ pub enum ProblemCode {
     InvalidRetryAfter,
     InvalidGroup,
     InvalidPriority,
+    InvalidTraceContext,
     InvalidGroupLimits,
     WorkerIdLength,
     InvalidWorkerId,
@@ -342,8 +343,18 @@ impl From<PathRejection> for ApiError {
     }
 }
 
+impl ApiError {
+    /// Tell the request's span (if it is traced) what was refused.
+    pub(super) fn note_span(&self) {
+        if let Ok(serde_json::Value::String(code)) = serde_json::to_value(self.code) {
+            super::spans::note_problem(&code, self.class == ProblemClass::Conflict);
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.note_span();
         let body = serde_json::to_vec(&self.problem()).unwrap_or_default();
         let mut response = (
             self.status,

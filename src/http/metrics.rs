@@ -75,6 +75,8 @@ pub struct Metrics {
     claim_to_outcome: Family<RouteOnlyLabels, Histogram>,
     labelled_groups: LabelledGroups,
     extensions: Counter,
+    spans_dropped: Counter,
+    spans_exported: Counter,
     outcomes: Family<OutcomeLabels, Counter>,
     conflicts: Counter,
     actions: Family<ActionLabels, Counter>,
@@ -145,6 +147,19 @@ impl Default for Metrics {
             "lease_extensions",
             "Leases extended (heartbeats answered with a new lease_until_ms)",
             extensions.clone(),
+        );
+        let spans_dropped = Counter::default();
+        registry.register(
+            "trace_spans_dropped",
+            "Trace spans dropped: the export queue was full or the collector did not take them \
+             (0 while tracing is off)",
+            spans_dropped.clone(),
+        );
+        let spans_exported = Counter::default();
+        registry.register(
+            "trace_spans_exported",
+            "Trace spans delivered to the OTLP collector",
+            spans_exported.clone(),
         );
         let outcomes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -245,6 +260,8 @@ impl Default for Metrics {
             claim_to_outcome,
             labelled_groups: LabelledGroups::default(),
             extensions,
+            spans_dropped,
+            spans_exported,
             outcomes,
             conflicts,
             actions,
@@ -302,6 +319,12 @@ impl Metrics {
         self.claim_requests
             .get_or_create(&ClaimResultLabels { result })
             .inc();
+    }
+
+    /// The trace exporter's counters: spans dropped, spans exported.
+    #[must_use]
+    pub fn trace_counters(&self) -> (Counter, Counter) {
+        (self.spans_dropped.clone(), self.spans_exported.clone())
     }
 
     /// One lease extended.

@@ -17,6 +17,7 @@ pub mod origin;
 mod outcomes;
 mod receipt_search;
 mod receipts;
+mod spans;
 mod spec;
 pub mod stats;
 pub mod streams;
@@ -70,6 +71,7 @@ pub struct AppState {
     stats: Arc<stats::Recorder>,
     stats_every: Duration,
     streams: Arc<streams::Streams>,
+    telemetry: Option<crate::telemetry::SharedTelemetry>,
 }
 
 impl AppState {
@@ -95,7 +97,27 @@ impl AppState {
             stats: Arc::default(),
             stats_every: stats::FLUSH_EVERY,
             streams: Arc::default(),
+            telemetry: None,
         }
+    }
+
+    /// Export a span per request (src/telemetry.rs).
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.telemetry = Some(Arc::new(telemetry));
+        self
+    }
+
+    /// The counters a trace exporter reports to `/metrics`: spans dropped,
+    /// spans exported.
+    #[must_use]
+    pub fn trace_counters(
+        &self,
+    ) -> (
+        prometheus_client::metrics::counter::Counter,
+        prometheus_client::metrics::counter::Counter,
+    ) {
+        self.metrics.trace_counters()
     }
 
     /// Cap the event streams open at once (default [`StreamLimits::default`]).
@@ -156,7 +178,9 @@ impl AppState {
                     ..Default::default()
                 });
             }
-            ApiError::from(e)
+            let error = ApiError::from(e);
+            error.note_span();
+            error
         })
     }
 
@@ -169,6 +193,7 @@ impl AppState {
         input: &crate::domain::Outcome,
     ) -> Result<crate::domain::Route, ApiError> {
         let route = self.checked(result)?;
+        spans::note_route(&route);
         self.metrics.routed(claim, input, &route, self.now());
         self.tally(&stats::routed(input, &route));
         Ok(route)
@@ -286,6 +311,7 @@ fn route_templates() -> Vec<String> {
 pub fn app(state: AppState) -> Router {
     let tokens = state.tokens.clone();
     let metrics = state.metrics.clone();
+    let telemetry = state.telemetry.clone();
     // Only an anonymous server can be reached through DNS rebinding: with
     // tokens, a page cannot present one, so any name is answered.
     let hosts = if tokens.is_empty() {
@@ -310,7 +336,10 @@ pub fn app(state: AppState) -> Router {
     // route (`Router::layer`): axum clones a route's whole layered stack, a
     // boxed service per layer, on every request it serves.
     let layered = ServiceBuilder::new()
-        .layer(middleware::from_fn_with_state(metrics, observe::observe))
+        .layer(middleware::from_fn_with_state(
+            observe::Observer { metrics, telemetry },
+            observe::observe,
+        ))
         .layer(middleware::from_fn_with_state(hosts, origin::guard))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(CompressionLayer::new())

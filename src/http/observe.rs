@@ -18,6 +18,8 @@ use axum::response::Response;
 use super::auth::Caller;
 use super::error::Internal;
 use super::metrics::SharedMetrics;
+use super::spans;
+use crate::telemetry::SharedTelemetry;
 
 const HEADER: &str = "x-request-id";
 
@@ -99,9 +101,17 @@ impl SeenCaller {
     }
 }
 
+/// What [`observe`] reports to: the metrics, and the trace exporter when
+/// tracing is on.
+#[derive(Clone)]
+pub struct Observer {
+    pub metrics: SharedMetrics,
+    pub telemetry: Option<SharedTelemetry>,
+}
+
 /// Wrap every request.
 pub async fn observe(
-    State(metrics): State<SharedMetrics>,
+    State(Observer { metrics, telemetry }): State<Observer>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -114,7 +124,18 @@ pub async fn observe(
     let seen = SeenCaller::default();
     request.extensions_mut().insert(seen.clone());
     let started = Instant::now();
-    let mut response = next.run(request).await;
+    let mut response = match &telemetry {
+        None => next.run(request).await,
+        Some(telemetry) => {
+            let headers = request.headers().clone();
+            let labels = spans::RequestLabels {
+                method,
+                route,
+                request_id: &id,
+            };
+            spans::traced(telemetry, &headers, labels, next.run(request)).await
+        }
+    };
     let seconds = started.elapsed().as_secs_f64();
     let status = response.status().as_u16();
     if let Ok(value) = HeaderValue::from_str(&id) {

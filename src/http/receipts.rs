@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -11,6 +11,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
+use super::spans;
 use super::wire::{self, ReceiptIn};
 use crate::store::{Enqueued, ReceiptView, StatsCounts};
 
@@ -36,9 +37,11 @@ pub fn routes() -> OpenApiRouter<AppState> {
     ))]
 async fn enqueue(
     State(app): State<AppState>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<ReceiptIn>,
 ) -> Result<(StatusCode, Json<ReceiptView>), ApiError> {
-    let receipt = body.parse()?;
+    let receipt = body.parse(wire::header_trace(&headers).as_ref())?;
+    spans::note_enqueued(receipt.receipt_id.as_str(), receipt.group.as_str());
     let now = app.now();
     let status = match app.store.enqueue_one(&receipt, now).await? {
         Enqueued::Created => {
@@ -108,14 +111,17 @@ pub struct ReceiptBatchOut {
     ))]
 async fn enqueue_batch(
     State(app): State<AppState>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<ReceiptBatchIn>,
 ) -> Result<Json<ReceiptBatchOut>, ApiError> {
     wire::check_batch_len(body.receipts.len())?;
+    let trace = wire::header_trace(&headers);
     let mut results = Vec::with_capacity(body.receipts.len());
     let mut valid = Vec::new();
     for item in body.receipts {
-        match wire::parse_item::<ReceiptIn>(&item).and_then(ReceiptIn::parse) {
+        match wire::parse_item::<ReceiptIn>(&item).and_then(|r| r.parse(trace.as_ref())) {
             Ok(receipt) => {
+                spans::note_enqueued(receipt.receipt_id.as_str(), receipt.group.as_str());
                 let receipt_id = Some(receipt.receipt_id.as_str().to_owned());
                 valid.push((results.len(), receipt));
                 // Set from the store's answer below.

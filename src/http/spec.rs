@@ -353,10 +353,12 @@ mod tests {
     /// What "Try it out" sends must be a request the server accepts.
     #[test]
     fn every_request_example_is_a_valid_request() {
-        parse::<ReceiptIn>("v1.receipts.create").parse().unwrap();
+        parse::<ReceiptIn>("v1.receipts.create")
+            .parse(None)
+            .unwrap();
         for item in parse::<ReceiptBatchIn>("v1.receipts.batch").receipts {
             wire::parse_item::<ReceiptIn>(&item)
-                .and_then(ReceiptIn::parse)
+                .and_then(|r| r.parse(None))
                 .unwrap();
         }
         parse::<ClaimsIn>("v1.claims.create");

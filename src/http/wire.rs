@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 use super::error::{ApiError, Problem, ProblemCode};
 use crate::domain::{
     Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, Priority, ReceiptId, Route,
-    SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TranscriptId, U63,
-    WorkerId,
+    SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TraceContext,
+    TranscriptId, U63, WorkerId,
 };
 use crate::store::NewReceipt;
 
@@ -55,6 +55,39 @@ pub struct ReceiptIn {
     #[serde(default)]
     #[schema(minimum = -1000, maximum = 1000)]
     pub priority: Option<i64>,
+    /// The producer's W3C `traceparent` (`00-<trace id>-<span id>-<flags>`):
+    /// kept with the receipt and handed to every claim of it, so the worker
+    /// continues the producer's trace. Default: the request's `traceparent`
+    /// header. Not part of the receipt's identity: the first one stored is kept.
+    #[serde(default)]
+    #[schema(
+        min_length = 55,
+        max_length = 256,
+        example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    )]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent` (at most 512 bytes).
+    #[serde(default)]
+    #[schema(max_length = 512)]
+    pub tracestate: Option<String>,
+}
+
+/// A trace context from a body: one that is not W3C Trace Context is refused.
+fn parse_trace(traceparent: &str, tracestate: Option<&str>) -> Result<TraceContext, ApiError> {
+    TraceContext::parse(traceparent, tracestate)
+        .map_err(|e| ApiError::validation(ProblemCode::InvalidTraceContext, e.to_string()))
+}
+
+/// The trace context of a request's `traceparent` and `tracestate` headers.
+/// As the W3C recommendation asks, an invalid `traceparent` is ignored (a
+/// proxy may have mangled it) and an invalid `tracestate` is dropped.
+#[must_use]
+pub fn header_trace(headers: &axum::http::HeaderMap) -> Option<TraceContext> {
+    let parent = headers.get("traceparent")?.to_str().ok()?;
+    let state = headers.get("tracestate").and_then(|v| v.to_str().ok());
+    TraceContext::parse(parent.trim(), state)
+        .or_else(|_| TraceContext::parse(parent.trim(), None))
+        .ok()
 }
 
 fn fits_i64(value: u64) -> bool {
@@ -62,8 +95,9 @@ fn fits_i64(value: u64) -> bool {
 }
 
 impl ReceiptIn {
-    /// Check every field.
-    pub fn parse(self) -> Result<NewReceipt, ApiError> {
+    /// Check every field; `request_trace` (the request's header) is the
+    /// trace context of a receipt that names none.
+    pub fn parse(self, request_trace: Option<&TraceContext>) -> Result<NewReceipt, ApiError> {
         let receipt_id = parse_receipt_id(&self.receipt_id)?;
         if !fits_i64(self.finalized_at) {
             return Err(ApiError::validation(
@@ -104,6 +138,16 @@ impl ReceiptIn {
             .map(parse_priority)
             .transpose()?
             .unwrap_or_default();
+        let trace = match (self.traceparent.as_deref(), self.tracestate.as_deref()) {
+            (Some(parent), state) => Some(parse_trace(parent, state)?),
+            (None, Some(_)) => {
+                return Err(ApiError::validation(
+                    ProblemCode::InvalidTraceContext,
+                    "tracestate needs a traceparent",
+                ));
+            }
+            (None, None) => request_trace.cloned(),
+        };
         Ok(NewReceipt {
             receipt_id,
             finalized_at: self.finalized_at,
@@ -111,6 +155,7 @@ impl ReceiptIn {
             visible_at_ms: self.visible_at_ms,
             group,
             priority,
+            trace,
         })
     }
 }
@@ -260,6 +305,14 @@ pub struct ClaimBody {
     #[serde(default)]
     #[schema(minimum = -1000, maximum = 1000, default = 0)]
     pub priority: i64,
+    /// The producer's W3C `traceparent`, when it sent one: run the work in a
+    /// span that is its child (the SDKs do). Not compared when the claim is
+    /// sent back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The producer's W3C `tracestate`, when it sent one. Not compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 fn default_group_text() -> String {
@@ -275,6 +328,7 @@ impl From<Claimed> for ClaimBody {
             priority,
             after_expiry: _,
             queued_since_ms: _,
+            trace,
         } = claimed;
         Self {
             receipt_id: claim.receipt_id.as_str().to_owned(),
@@ -287,6 +341,10 @@ impl From<Claimed> for ClaimBody {
             observation,
             group: group.as_str().to_owned(),
             priority: priority.get(),
+            traceparent: trace.as_ref().map(|t| t.traceparent().to_owned()),
+            tracestate: trace
+                .as_ref()
+                .and_then(|t| t.tracestate().map(str::to_owned)),
         }
     }
 }
@@ -318,8 +376,11 @@ impl TryFrom<ClaimBody> for Claim {
     }
 }
 
-/// Check a claim sent back by a worker; `path_id` is the id in the URL, if any.
+/// Check a claim sent back by a worker; `path_id` is the id in the URL, if
+/// any. The request's span (when traced) learns which receipt and worker it
+/// is about, and the producer's context the claim carries.
 pub fn parse_claim(body: ClaimBody, path_id: Option<&str>) -> Result<Claim, ApiError> {
+    super::spans::note_claim(&body);
     let claim = Claim::try_from(body)?;
     if path_id.is_some_and(|id| id != claim.receipt_id.as_str()) {
         return Err(ApiError::validation(
@@ -418,6 +479,7 @@ mod tests {
             priority: Priority::parse(7).unwrap(),
             after_expiry: true,
             queued_since_ms: 40,
+            trace: None,
         }
     }
 

@@ -241,6 +241,8 @@ mod tests {
             cancel_reason: None,
             receipt_group: "default".into(),
             priority: 0,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

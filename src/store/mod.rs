@@ -52,6 +52,9 @@ pub struct NewReceipt {
     pub group: GroupName,
     /// Its priority within the group (part of its identity).
     pub priority: Priority,
+    /// The producer's trace context, handed to every claim of it (not part
+    /// of its identity: the first one stored is kept).
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// What enqueueing one receipt did.
@@ -68,8 +71,8 @@ pub enum Enqueued {
 /// What claiming one receipt by id found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiptClaim {
-    /// Leased to the caller.
-    Claimed(Claimed),
+    /// Leased to the caller (boxed: it is many times the other answers).
+    Claimed(Box<Claimed>),
     /// A live lease holds it.
     Leased,
     /// It is not visible yet (`next_visible_at_ms` in the future).

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::domain::{
     Claim, Claimed, GroupName, LeaseToken, Priority, ReceiptId, SettlementFailureCode,
-    SettlementSkipReason, StoreError, U63, WorkerId,
+    SettlementSkipReason, StoreError, TraceContext, U63, WorkerId,
 };
 
 /// Every column of `receipts` that the store reads.
@@ -35,6 +35,8 @@ pub struct ReceiptRow {
     pub cancel_reason: Option<String>,
     pub receipt_group: String,
     pub priority: i16,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 /// The column list matching [`ReceiptRow`], for `SELECT` and `RETURNING`.
@@ -45,7 +47,7 @@ macro_rules! receipt_columns {
         "receipt_id, finalized_at, observation, status, attempts, row_version, \
          next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, \
          failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, cancel_reason, \
-         receipt_group, priority"
+         receipt_group, priority, traceparent, tracestate"
     };
 }
 
@@ -139,6 +141,12 @@ impl ReceiptRow {
         })
     }
 
+    /// The producer's trace context, if it sent one.
+    pub fn trace(&self) -> Option<TraceContext> {
+        let parent = self.traceparent.clone()?;
+        Some(TraceContext::from_stored(parent, self.tracestate.clone()))
+    }
+
     /// The stored priority; one out of range is a corrupt record.
     pub fn priority(&self) -> StoreResult<Priority> {
         Priority::parse(i64::from(self.priority)).map_err(|_| corrupt("priority"))
@@ -175,6 +183,7 @@ impl ReceiptRow {
             priority: self.priority()?,
             after_expiry: replaced_until.is_some(),
             queued_since_ms: to_u64(queued_since, "next_visible_at_ms")?,
+            trace: self.trace(),
         })
     }
 

@@ -73,7 +73,31 @@ pub async fn spawn_with_tokens(fresh: Fresh, tokens: Tokens) -> TestServer {
     spawn_full(fresh, RetryPolicy::default(), tokens).await
 }
 
+/// Start a server that exports its spans to `endpoint` (an OTLP/HTTP
+/// traces URL) through a queue of `queue` spans.
+pub async fn spawn_traced(fresh: Fresh, endpoint: &str, queue: usize) -> TestServer {
+    spawn_configured(fresh, RetryPolicy::default(), |state| {
+        let (dropped, exported) = state.trace_counters();
+        let to = settled::telemetry::ExportTo {
+            endpoint: Some(endpoint.to_owned()),
+            queue,
+        };
+        let telemetry =
+            settled::telemetry::Telemetry::start(&to, dropped, exported).expect("exporter");
+        state.with_telemetry(telemetry)
+    })
+    .await
+}
+
 async fn spawn_full(fresh: Fresh, policy: RetryPolicy, tokens: Tokens) -> TestServer {
+    spawn_configured(fresh, policy, |state| state.with_tokens(tokens)).await
+}
+
+async fn spawn_configured(
+    fresh: Fresh,
+    policy: RetryPolicy,
+    configure: impl FnOnce(AppState) -> AppState,
+) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -85,8 +109,8 @@ async fn spawn_full(fresh: Fresh, policy: RetryPolicy, tokens: Tokens) -> TestSe
         policy,
         Arc::new(clock.clone()),
         rx.clone(),
-    )
-    .with_tokens(tokens);
+    );
+    let state = configure(state);
     let mut stopped = rx;
     let task = tokio::spawn(settled::server::serve(listener, state, async move {
         let _ = stopped.wait_for(|s| *s).await;

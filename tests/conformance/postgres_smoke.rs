@@ -24,6 +24,7 @@ const WAKE_BOUND: Duration = Duration::from_secs(10);
 fn receipt(id: &str) -> NewReceipt {
     NewReceipt {
         priority: settled::domain::Priority::default(),
+        trace: None,
         receipt_id: ReceiptId::parse(id).unwrap(),
         finalized_at: 1_700_000_000,
         observation: Some(serde_json::json!({"amount": 5})),

@@ -14,6 +14,7 @@ fn ranked(id: &str, group: &str, priority: i64, visible: u64) -> NewReceipt {
     NewReceipt {
         group: GroupName::parse(group).expect("group"),
         priority: Priority::parse(priority).expect("priority"),
+        trace: None,
         ..receipt_with(id, FIN, None, Some(visible))
     }
 }

@@ -16,6 +16,7 @@ const T: u64 = 1_000_000;
 fn receipt(id: &str) -> NewReceipt {
     NewReceipt {
         priority: settled::domain::Priority::default(),
+        trace: None,
         receipt_id: ReceiptId::parse(id).unwrap(),
         finalized_at: 1,
         observation: None,

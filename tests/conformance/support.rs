@@ -38,6 +38,7 @@ pub fn limit(n: usize) -> ClaimLimit {
 pub fn receipt(id: &str) -> NewReceipt {
     NewReceipt {
         priority: settled::domain::Priority::default(),
+        trace: None,
         receipt_id: rid(id),
         finalized_at: FIN,
         observation: None,
@@ -54,6 +55,7 @@ pub fn receipt_with(
 ) -> NewReceipt {
     NewReceipt {
         priority: settled::domain::Priority::default(),
+        trace: None,
         receipt_id: rid(id),
         finalized_at,
         observation,
@@ -120,7 +122,7 @@ pub async fn claim(
         .claim_receipt(&rid(id), &worker(who), now, lease(lease_ms))
         .await
     {
-        Ok(ReceiptClaim::Claimed(claim)) => claim,
+        Ok(ReceiptClaim::Claimed(claim)) => *claim,
         other => panic!("expected {id} to be claimable at {now}, got {other:?}"),
     }
 }

@@ -353,6 +353,7 @@ async fn the_idle_timeout_does_not_cut_a_stream() {
         .enqueue(
             &[settled::store::NewReceipt {
                 priority: settled::domain::Priority::default(),
+                trace: None,
                 receipt_id: settled::domain::ReceiptId::parse("r").unwrap(),
                 finalized_at: 1,
                 observation: None,

@@ -21,6 +21,7 @@ mod receipt_search;
 mod receipts;
 mod stats;
 mod stream_caps;
+mod traces;
 
 // Attacks on the HTTP surface, the spec and the docs against the code.
 mod docs_config;

@@ -61,6 +61,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                         visible_at_ms: vis.map(|d| now.saturating_add_signed(d)),
                         group: settled::domain::GroupName::default_group(),
                         priority: Priority::parse(PRIORITIES[usize::from(prio)]).unwrap(),
+                        trace: None,
                     })
                     .collect();
                 let got = store.enqueue(&receipts, now).await.unwrap();

@@ -213,6 +213,7 @@ impl Model {
             priority: Priority::parse(row.priority).unwrap(),
             after_expiry,
             queued_since_ms,
+            trace: None,
         }
     }
 
@@ -335,6 +336,7 @@ impl Model {
             priority: Priority::parse(row.priority).unwrap(),
             after_expiry: false,
             queued_since_ms: row.next_visible.unwrap(),
+            trace: None,
         })
     }
 

@@ -116,6 +116,44 @@ fn the_typescript_sdk_keeps_the_worker_rules_on_postgres() {
     scenarios("node", "postgres");
 }
 
+/// The SDKs run each handler inside a span that continues the producer's
+/// trace (tests/sdk/traces.py, tests/sdk/traces.mjs).
+fn traces(lang: &str) {
+    let _turn = one_at_a_time();
+    if !ready(&format!("{lang} SDK trace test")) {
+        return;
+    }
+    let mut command = match lang {
+        "python" => {
+            let mut c = Command::new(python());
+            c.arg(project().join("tests/sdk/traces.py"));
+            c
+        }
+        _ => {
+            let mut c = Command::new("node");
+            c.arg(project().join("tests/sdk/traces.mjs"));
+            c
+        }
+    };
+    command
+        .env("SETTLED_BIN", env!("CARGO_BIN_EXE_settled"))
+        .current_dir(project());
+    assert!(
+        run(&format!("{lang} SDK traces"), &mut command),
+        "the {lang} SDK does not continue the producer's trace (its output is above)"
+    );
+}
+
+#[test]
+fn the_python_sdk_continues_the_producers_trace() {
+    traces("python");
+}
+
+#[test]
+fn the_typescript_sdk_continues_the_producers_trace() {
+    traces("node");
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -19,6 +19,7 @@
 import { performance } from "node:perf_hooks";
 import { Backoff, sleep } from "./client.js";
 import { ConnectionFailed, Permanent, ProblemError, Retryable, Skip, WorkerStopped } from "./errors.js";
+import { loadTracing, startHandlerSpan } from "./tracing.js";
 const MAX_ITEMS = 1024;
 const now = () => performance.now();
 /** One claimed receipt, as a handler sees it. */
@@ -289,9 +290,13 @@ export class Worker {
     async runJob(lease) {
         const job = lease.job;
         let outcome;
+        let unexpected;
+        // The handler runs in a span continuing the producer's trace (when
+        // @opentelemetry/api is installed).
+        const span = startHandlerSpan(await loadTracing(), job.claim);
         try {
             const result = await Promise.race([
-                Promise.resolve().then(() => this.o.handler(job, lease.abort.signal)),
+                Promise.resolve().then(() => span ? span.run(() => this.o.handler(job, lease.abort.signal)) : this.o.handler(job, lease.abort.signal)),
                 new Promise((_, reject) => {
                     const cancelled = () => reject(lease.abort.signal.reason);
                     if (lease.abort.signal.aborted)
@@ -318,6 +323,7 @@ export class Worker {
                 outcome = { kind: "skipped", reason: e.reason };
             }
             else {
+                unexpected = e;
                 outcome = this.o.onError(e, job);
                 this.o.logger.warn(`settled worker: handler threw on ${job.receiptId}: ${String(e)}`);
             }
@@ -326,6 +332,7 @@ export class Worker {
             this.runningCount--;
             this.slotWaiter?.();
         }
+        span?.end(outcome?.kind, unexpected);
         if (job.lost)
             return;
         if (outcome) {

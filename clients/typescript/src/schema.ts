@@ -727,6 +727,14 @@ export interface components {
              * @description Bumped by every claim of the receipt: tells this claim from earlier ones.
              */
             row_version: number;
+            /**
+             * @description The producer's W3C `traceparent`, when it sent one: run the work in a
+             *     span that is its child (the SDKs do). Not compared when the claim is
+             *     sent back.
+             */
+            traceparent?: string | null;
+            /** @description The producer's W3C `tracestate`, when it sent one. Not compared. */
+            tracestate?: string | null;
         };
         /** @description Claim parameters for one receipt. */
         ClaimOneIn: {
@@ -1185,7 +1193,7 @@ export interface components {
          *     explained, with what a client should do, in docs/troubleshooting.md.
          * @enum {string}
          */
-        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
+        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_trace_context" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
         /**
          * @description A token bucket: `per_second` claims per second on average, at most
          *     `burst` at once.
@@ -1252,6 +1260,16 @@ export interface components {
             priority?: number | null;
             /** @description 1..=512 UTF-8 bytes, no control characters, not `.` or `..`. */
             receipt_id: string;
+            /**
+             * @description The producer's W3C `traceparent` (`00-<trace id>-<span id>-<flags>`):
+             *     kept with the receipt and handed to every claim of it, so the worker
+             *     continues the producer's trace. Default: the request's `traceparent`
+             *     header. Not part of the receipt's identity: the first one stored is kept.
+             * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+             */
+            traceparent?: string | null;
+            /** @description The W3C `tracestate` that goes with `traceparent` (at most 512 bytes). */
+            tracestate?: string | null;
             /**
              * Format: int64
              * @description When it becomes due (server ms); default now. A past value is due at once.

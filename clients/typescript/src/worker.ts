@@ -22,6 +22,7 @@ import { performance } from "node:perf_hooks";
 import { Backoff, sleep } from "./client.js";
 import type { Claim, Client, OutcomeIn, Problem, Route } from "./client.js";
 import { ConnectionFailed, Permanent, ProblemError, Retryable, Skip, WorkerStopped } from "./errors.js";
+import { loadTracing, startHandlerSpan } from "./tracing.js";
 
 const MAX_ITEMS = 1024;
 const now = (): number => performance.now();
@@ -369,9 +370,15 @@ export class Worker {
   private async runJob(lease: Lease): Promise<void> {
     const job = lease.job;
     let outcome: OutcomeIn | undefined;
+    let unexpected: unknown;
+    // The handler runs in a span continuing the producer's trace (when
+    // @opentelemetry/api is installed).
+    const span = startHandlerSpan(await loadTracing(), job.claim);
     try {
       const result = await Promise.race([
-        Promise.resolve().then(() => this.o.handler(job, lease.abort.signal)),
+        Promise.resolve().then(() =>
+          span ? span.run(() => this.o.handler(job, lease.abort.signal)) : this.o.handler(job, lease.abort.signal),
+        ),
         new Promise<never>((_, reject) => {
           const cancelled = () => reject(lease.abort.signal.reason);
           if (lease.abort.signal.aborted) cancelled();
@@ -391,6 +398,7 @@ export class Worker {
       } else if (e instanceof Skip) {
         outcome = { kind: "skipped", reason: e.reason as never };
       } else {
+        unexpected = e;
         outcome = this.o.onError(e, job);
         this.o.logger.warn(`settled worker: handler threw on ${job.receiptId}: ${String(e)}`);
       }
@@ -398,6 +406,7 @@ export class Worker {
       this.runningCount--;
       this.slotWaiter?.();
     }
+    span?.end(outcome?.kind, unexpected);
     if (job.lost) return;
     if (outcome) {
       lease.outcome = JSON.parse(JSON.stringify(outcome)) as OutcomeIn; // drops undefined fields

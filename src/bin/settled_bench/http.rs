@@ -189,6 +189,8 @@ impl Api {
                             visible_at_ms,
                             group: ids.group(i),
                             priority: None,
+                            traceparent: None,
+                            tracestate: None,
                         })
                         .collect();
                     let body = serde_json::json!({ "receipts": receipts });

@@ -62,6 +62,7 @@ pub async fn enqueue(
                                 |g| GroupName::parse(&g),
                             )?,
                             priority: settled::domain::Priority::default(),
+                            trace: None,
                         })
                     })
                     .collect::<Res<Vec<_>>>()?;

@@ -203,7 +203,7 @@ async fn claim_one(
                 .await?;
             let leased = leased.ok_or_else(rules::changed_while_claimed)?;
             // A due row that still holds a lease holds an expired one.
-            ReceiptClaim::Claimed(leased.claimed(row.lease_until_ms)?)
+            ReceiptClaim::Claimed(Box::new(leased.claimed(row.lease_until_ms)?))
         }
         _ => ReceiptClaim::NoActiveWork,
     })

@@ -20,10 +20,12 @@ use crate::store::{Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, St
 /// row stands for the announcement), saving a round trip.
 const ENQUEUE: &str = "\
 WITH created AS (INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-  row_version, next_visible_at_ms, created_at_ms, receipt_group, priority) \
-  SELECT id, fin, obs::json, 'active', 0, 0, visible, $5, grp, prio \
-  FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $7::text[], $8::int2[]) \
-    WITH ORDINALITY AS b (id, fin, obs, visible, grp, prio, n) \
+  row_version, next_visible_at_ms, created_at_ms, receipt_group, priority, traceparent, \
+  tracestate) \
+  SELECT id, fin, obs::json, 'active', 0, 0, visible, $5, grp, prio, tparent, tstate \
+  FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $7::text[], $8::int2[], \
+    $9::text[], $10::text[]) \
+    WITH ORDINALITY AS b (id, fin, obs, visible, grp, prio, tparent, tstate, n) \
   ORDER BY id COLLATE \"C\", n \
   ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, receipt_group), \
 registered AS (INSERT INTO receipt_groups (name) \
@@ -42,7 +44,11 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
     let mut visible = Vec::with_capacity(receipts.len());
     let mut groups = Vec::with_capacity(receipts.len());
     let mut priorities = Vec::with_capacity(receipts.len());
+    let mut traceparents = Vec::with_capacity(receipts.len());
+    let mut tracestates = Vec::with_capacity(receipts.len());
     for receipt in receipts {
+        traceparents.push(receipt.trace.as_ref().map(|t| t.traceparent()));
+        tracestates.push(receipt.trace.as_ref().and_then(|t| t.tracestate()));
         ids.push(receipt.receipt_id.as_str());
         groups.push(receipt.group.as_str());
         priorities.push(receipt.priority.stored());
@@ -69,6 +75,8 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
         .bind(CHANNEL)
         .bind(&groups)
         .bind(&priorities)
+        .bind(&traceparents)
+        .bind(&tracestates)
         .fetch_all(&mut **tx)
         .await?;
     let mut created: HashSet<String> = created.into_iter().flatten().collect();

@@ -12,6 +12,7 @@ use crate::store::{NewReceipt, SettlementOutcomeStore};
 fn receipt(id: &str) -> NewReceipt {
     NewReceipt {
         priority: crate::domain::Priority::default(),
+        trace: None,
         receipt_id: ReceiptId::parse(id).expect("id"),
         finalized_at: 1,
         observation: None,

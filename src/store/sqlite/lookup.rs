@@ -33,6 +33,8 @@ pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         cancel_reason: r.get(16)?,
         receipt_group: r.get(17)?,
         priority: r.get(18)?,
+        traceparent: r.get(19)?,
+        tracestate: r.get(20)?,
     })
 }
 

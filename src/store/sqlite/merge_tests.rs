@@ -67,6 +67,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
     let receipts: Vec<NewReceipt> = (0..8)
         .map(|i| NewReceipt {
             priority: crate::domain::Priority::default(),
+            trace: None,
             receipt_id: ReceiptId::parse(&format!("r-{i}")).unwrap(),
             finalized_at: 1,
             observation: None,
@@ -156,6 +157,7 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
         tasks.push(tokio::spawn(async move {
             let receipt = NewReceipt {
                 priority: crate::domain::Priority::default(),
+                trace: None,
                 receipt_id: ReceiptId::parse(&format!("e-{i}")).unwrap(),
                 // Past SQLite's signed range for one request only: the merged
                 // insert fails, and only this request may fail with it.
@@ -192,6 +194,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
     );
     let receipt = NewReceipt {
         priority: crate::domain::Priority::default(),
+        trace: None,
         receipt_id: ReceiptId::parse("after-the-panic").unwrap(),
         finalized_at: 1,
         observation: None,
@@ -225,6 +228,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     let enqueue = tokio::spawn(async move {
         let receipt = NewReceipt {
             priority: crate::domain::Priority::default(),
+            trace: None,
             receipt_id: ReceiptId::parse("in-the-dropped-group").unwrap(),
             finalized_at: 1,
             observation: None,
@@ -244,6 +248,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     assert_eq!(store.receipt(&id, NOW).await.unwrap(), None, "and not kept");
     let again = NewReceipt {
         priority: crate::domain::Priority::default(),
+        trace: None,
         receipt_id: id.clone(),
         finalized_at: 1,
         observation: None,
@@ -285,6 +290,7 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
     let receipts: Vec<NewReceipt> = (0..2)
         .map(|i| NewReceipt {
             priority: crate::domain::Priority::default(),
+            trace: None,
             receipt_id: ReceiptId::parse(&format!("g-{i}")).unwrap(),
             finalized_at: 1,
             observation: None,

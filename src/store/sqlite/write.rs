@@ -76,6 +76,8 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             now,
             receipt.group.as_str(),
             receipt.priority.get(),
+            receipt.trace.as_ref().map(|t| t.traceparent()),
+            receipt.trace.as_ref().and_then(|t| t.tracestate()),
         ));
     }
     let rows = json(&rows)?;
@@ -85,9 +87,11 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     let mut created: HashSet<String> = {
         let mut stmt = conn.prepare_cached(
             "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-             row_version, next_visible_at_ms, created_at_ms, receipt_group, priority) \
+             row_version, next_visible_at_ms, created_at_ms, receipt_group, priority, \
+             traceparent, tracestate) \
              SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
-             value ->> 4, value ->> 5, value ->> 6 FROM jsonb_each(?1) WHERE true ORDER BY key \
+             value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8 \
+             FROM jsonb_each(?1) WHERE true ORDER BY key \
              ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
         )?;
         stmt.query_map([&rows], |r| r.get(0))?
@@ -155,7 +159,9 @@ pub fn claim_receipt(
             if let Err(paused) = super::groups::admit_one(conn, &row.receipt_group, now)? {
                 return Ok(ReceiptClaim::GroupLimited { paused });
             }
-            ReceiptClaim::Claimed(super::groups::lease(conn, row, worker_id, now, until)?)
+            ReceiptClaim::Claimed(Box::new(super::groups::lease(
+                conn, row, worker_id, now, until,
+            )?))
         }
         _ => ReceiptClaim::NoActiveWork,
     })

@@ -58,7 +58,7 @@ BulkItemStatus: TypeAlias = Literal['done', 'unchanged', 'refused']
 
 ProblemClass: TypeAlias = Literal['validation', 'conflict', 'invalid_record', 'backend', 'not_found', 'auth', 'capacity']
 
-ProblemCode: TypeAlias = Literal['malformed_json', 'unsupported_media_type', 'body_too_large', 'request_timeout', 'invalid_body', 'invalid_query', 'invalid_path', 'method_not_allowed', 'batch_size', 'invalid_receipt_id', 'invalid_finalized_at', 'invalid_visible_at_ms', 'invalid_observation', 'observation_too_large', 'invalid_transcript_id', 'invalid_retry_after', 'invalid_group', 'invalid_priority', 'invalid_group_limits', 'worker_id_length', 'invalid_worker_id', 'lease_duration', 'claim_batch', 'invalid_wait_ms', 'invalid_claim', 'receipt_id_mismatch', 'invalid_limit', 'invalid_cursor', 'unauthorized', 'forbidden', 'cross_site_request', 'host_not_allowed', 'lease_conflict', 'lease_expired', 'receipt_not_leased', 'receipt_unknown', 'receipt_conflict', 'receipt_leased', 'receipt_not_visible', 'group_paused', 'group_at_limit', 'not_found', 'receipt_not_found', 'no_active_work', 'dead_letter_not_found', 'group_not_found', 'receipt_held', 'receipt_not_active', 'receipt_finished', 'count_mismatch', 'selection_too_large', 'bulk_incomplete', 'invalid_reason', 'history_cursor_expired', 'too_many_streams', 'invalid_record', 'backend_unavailable']
+ProblemCode: TypeAlias = Literal['malformed_json', 'unsupported_media_type', 'body_too_large', 'request_timeout', 'invalid_body', 'invalid_query', 'invalid_path', 'method_not_allowed', 'batch_size', 'invalid_receipt_id', 'invalid_finalized_at', 'invalid_visible_at_ms', 'invalid_observation', 'observation_too_large', 'invalid_transcript_id', 'invalid_retry_after', 'invalid_group', 'invalid_priority', 'invalid_trace_context', 'invalid_group_limits', 'worker_id_length', 'invalid_worker_id', 'lease_duration', 'claim_batch', 'invalid_wait_ms', 'invalid_claim', 'receipt_id_mismatch', 'invalid_limit', 'invalid_cursor', 'unauthorized', 'forbidden', 'cross_site_request', 'host_not_allowed', 'lease_conflict', 'lease_expired', 'receipt_not_leased', 'receipt_unknown', 'receipt_conflict', 'receipt_leased', 'receipt_not_visible', 'group_paused', 'group_at_limit', 'not_found', 'receipt_not_found', 'no_active_work', 'dead_letter_not_found', 'group_not_found', 'receipt_held', 'receipt_not_active', 'receipt_finished', 'count_mismatch', 'selection_too_large', 'bulk_incomplete', 'invalid_reason', 'history_cursor_expired', 'too_many_streams', 'invalid_record', 'backend_unavailable']
 
 Problem = TypedDict(
     'Problem',
@@ -123,6 +123,8 @@ Claim = TypedDict(
         'priority': NotRequired[int],
         'receipt_id': str,
         'row_version': int,
+        'traceparent': NotRequired[str | None],
+        'tracestate': NotRequired[str | None],
     },
 )
 
@@ -473,6 +475,8 @@ ReceiptIn = TypedDict(
         'observation': NotRequired[Observation | None],
         'priority': NotRequired[int | None],
         'receipt_id': str,
+        'traceparent': NotRequired[str | None],
+        'tracestate': NotRequired[str | None],
         'visible_at_ms': NotRequired[int | None],
     },
 )

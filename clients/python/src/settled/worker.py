@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union, cast
 
 from . import _schema as s
+from ._tracing import ended, handler_span
 from .client import AsyncClient, Backoff
 from .errors import ConnectionFailed, Permanent, ProblemError, Retryable, Skip, WorkerStopped
 
@@ -375,34 +376,40 @@ class Worker:
     async def _run(self, lease: _Lease) -> None:
         job = lease.job
         outcome: s.OutcomeIn | None = None
-        try:
-            if inspect.iscoroutinefunction(self.handler):
-                result = await self.handler(job)
-            else:
-                result = await asyncio.to_thread(self.handler, job)
-                if inspect.isawaitable(result):
-                    result = await result
-            transcript = result if isinstance(result, str) and result else job.receipt_id
-            outcome = {"kind": "accepted", "transcript_id": transcript}
-        except asyncio.CancelledError:
-            outcome = None
-            if not job.lost:
-                # Cancelled by the shutdown deadline: give the lease back.
-                lease.state = "releasing"
-        except Retryable as e:
-            outcome = cast(s.OutcomeIn, _without_none(kind="retryable", code=e.code, detail=e.detail,
-                                                    retry_after_ms=e.retry_after_ms))
-        except Permanent as e:
-            outcome = cast(s.OutcomeIn, _without_none(kind="permanent", code=e.code, detail=e.detail))
-        except Skip as e:
-            outcome = cast(s.OutcomeIn, {"kind": "skipped", "reason": e.reason})
-        except Exception as e:
-            outcome = self.on_error(e, job)
-            self.log.warning("settled worker: handler raised on %s: %r", job.receipt_id, e)
-        finally:
-            self._running -= 1
-            if self._slots is not None:
-                self._slots.set()
+        error: BaseException | None = None
+        # The handler runs in a span continuing the producer's trace (when
+        # OpenTelemetry is installed); asyncio.to_thread carries it along.
+        with handler_span(job.claim) as span:
+            try:
+                if inspect.iscoroutinefunction(self.handler):
+                    result = await self.handler(job)
+                else:
+                    result = await asyncio.to_thread(self.handler, job)
+                    if inspect.isawaitable(result):
+                        result = await result
+                transcript = result if isinstance(result, str) and result else job.receipt_id
+                outcome = {"kind": "accepted", "transcript_id": transcript}
+            except asyncio.CancelledError:
+                outcome = None
+                if not job.lost:
+                    # Cancelled by the shutdown deadline: give the lease back.
+                    lease.state = "releasing"
+            except Retryable as e:
+                outcome = cast(s.OutcomeIn, _without_none(kind="retryable", code=e.code, detail=e.detail,
+                                                        retry_after_ms=e.retry_after_ms))
+            except Permanent as e:
+                outcome = cast(s.OutcomeIn, _without_none(kind="permanent", code=e.code, detail=e.detail))
+            except Skip as e:
+                outcome = cast(s.OutcomeIn, {"kind": "skipped", "reason": e.reason})
+            except Exception as e:
+                error = e
+                outcome = self.on_error(e, job)
+                self.log.warning("settled worker: handler raised on %s: %r", job.receipt_id, e)
+            finally:
+                self._running -= 1
+                if self._slots is not None:
+                    self._slots.set()
+            ended(span, outcome["kind"] if outcome is not None else None, error)
         if job.lost:
             return
         if outcome is not None:

@@ -1,0 +1,52 @@
+// Run each handler inside a span that continues the producer's trace.
+//
+// Only when @opentelemetry/api is installed (with an SDK to export, and a
+// context manager such as the NodeSDK's): the claim carries the producer's W3C
+// `traceparent` and `tracestate` (docs/operators.md, "Traces"), which become
+// the parent of a `settle receipt` span around the handler. Without the
+// package, the handler just runs.
+let loading;
+/** OpenTelemetry's API if it is installed, loaded once. */
+export function loadTracing() {
+    loading ??= import("@opentelemetry/api").catch(() => null);
+    return loading;
+}
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
+/** A span whose parent is the claim's producer context; null without OpenTelemetry. */
+export function startHandlerSpan(api, claim) {
+    if (!api)
+        return null;
+    let parent = api.context.active();
+    const m = TRACEPARENT.exec(claim.traceparent ?? "");
+    if (m && m[1] !== "ff" && !/^0+$/.test(m[2]) && !/^0+$/.test(m[3])) {
+        parent = api.trace.setSpanContext(parent, {
+            traceId: m[2],
+            spanId: m[3],
+            traceFlags: parseInt(m[4], 16) & 1,
+            isRemote: true,
+            traceState: claim.tracestate ? api.createTraceState(claim.tracestate) : undefined,
+        });
+    }
+    const span = api.trace.getTracer("settled").startSpan("settle receipt", {
+        kind: api.SpanKind.CONSUMER,
+        attributes: {
+            "settled.receipt_id": claim.receipt_id,
+            "settled.group": claim.group ?? "default",
+            "settled.attempt": claim.attempts + 1,
+            "settled.worker_id": claim.lease_owner,
+        },
+    }, parent);
+    const active = api.trace.setSpan(parent, span);
+    return {
+        run: (fn) => api.context.with(active, fn),
+        end: (outcomeKind, error) => {
+            if (outcomeKind)
+                span.setAttribute("settled.outcome.kind", outcomeKind);
+            if (error !== undefined) {
+                span.recordException(error instanceof Error ? error : String(error));
+                span.setStatus({ code: api.SpanStatusCode.ERROR, message: error instanceof Error ? error.name : "error" });
+            }
+            span.end();
+        },
+    };
+}

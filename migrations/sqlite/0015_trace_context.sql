@@ -1,0 +1,7 @@
+-- A producer's W3C trace context, kept with its receipt and handed to every
+-- claim of it (docs/operators.md, "Traces"). Nullable columns without a
+-- default: adding them rewrites nothing.
+ALTER TABLE receipts ADD COLUMN traceparent TEXT
+    CHECK (traceparent IS NULL OR length(traceparent) BETWEEN 55 AND 256);
+ALTER TABLE receipts ADD COLUMN tracestate TEXT
+    CHECK (tracestate IS NULL OR (traceparent IS NOT NULL AND length(tracestate) <= 512));
