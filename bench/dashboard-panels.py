@@ -60,7 +60,8 @@ def legend(template: str, labels: dict) -> str:
 
 
 def chart(panel: dict, series: list[tuple[str, list[tuple[float, float]]]], start: float, end: float) -> str:
-    w, h, pad = 560, 190, 34
+    # As wide as the panel's share of Grafana's 24 columns.
+    w, h, pad = int(1740 * panel["gridPos"]["w"] / 24) - 26, 190, 50
     values = [v for _, points in series for _, v in points if v == v]
     top = max(values, default=1.0) or 1.0
     svg = [f'<svg width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg">']
@@ -85,7 +86,7 @@ def chart(panel: dict, series: list[tuple[str, list[tuple[float, float]]]], star
     )
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     return (
-        f'<div class="panel"><div class="title">{html.escape(panel["title"])}'
+        f'<div class="panel" style="width:{w}px"><div class="title">{html.escape(panel["title"])}'
         f'<span class="unit">{html.escape(unit)}</span></div>{"".join(svg)}<div class="keys">{keys}</div></div>'
     )
 
@@ -145,7 +146,7 @@ def main() -> int:
             "display:flex;flex-wrap:wrap;gap:10px;width:1760px}"
             ".row{width:100%;font-size:15px;font-weight:bold;margin-top:6px}"
             ".panel{background:#161b26;padding:8px;border-radius:4px}.title{font-weight:bold;margin-bottom:4px}"
-            ".unit{color:#9ca3af;font-weight:normal;margin-left:8px}.keys{max-width:560px;font-size:11px}</style></head>"
+            ".unit{color:#9ca3af;font-weight:normal;margin-left:8px}.keys{font-size:11px}</style></head>"
             f"<body><div class='row'>settled — the dashboard's queries over a bench run "
             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(start))}, {end - start:.0f} s, Prometheus)</div>"
             + "".join(panels) + "</body></html>"
@@ -153,7 +154,7 @@ def main() -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             f"--screenshot={out.resolve()}", "--window-size=1790,1500", page.as_uri()],
+             f"--screenshot={out.resolve()}", "--window-size=1790,1720", page.as_uri()],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
     print(f"wrote {out}")

@@ -2,6 +2,7 @@
 
 mod claim;
 mod group;
+mod lease_token;
 mod policy;
 mod priority;
 mod reasons;
@@ -12,6 +13,7 @@ mod trace;
 
 pub use claim::*;
 pub use group::*;
+pub use lease_token::*;
 pub use policy::*;
 pub use priority::*;
 pub use reasons::*;

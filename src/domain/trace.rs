@@ -87,6 +87,17 @@ impl TraceContext {
         })
     }
 
+    /// The context of a request's `traceparent` and `tracestate` headers.
+    /// As the W3C recommendation asks, an invalid `traceparent` is ignored
+    /// (a proxy may have mangled it) and an invalid `tracestate` dropped.
+    #[must_use]
+    pub fn from_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
+        let parent = traceparent?.trim();
+        Self::parse(parent, tracestate)
+            .or_else(|_| Self::parse(parent, None))
+            .ok()
+    }
+
     /// One the store holds: it was parsed before it was written.
     pub(crate) const fn from_stored(traceparent: String, tracestate: Option<String>) -> Self {
         Self {

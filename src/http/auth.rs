@@ -351,7 +351,7 @@ pub async fn require_token(
         .unwrap_or(true);
     // For the request log (observe), which runs outside this layer: told
     // now, so that a request the time limit cuts off still names its caller.
-    if let Some(seen) = request.extensions().get::<super::observe::SeenCaller>() {
+    if let Some(seen) = request.extensions().get::<SeenCaller>() {
         seen.tell(&caller);
     }
     if allowed {
@@ -364,6 +364,24 @@ pub async fn require_token(
             "this token's role may not do that",
         )
         .into_response()
+    }
+}
+
+/// Where [`require_token`] tells the request log who called:
+/// shared with the request rather than returned on the response, which a
+/// time limit may replace.
+#[derive(Clone, Default)]
+pub struct SeenCaller(std::sync::Arc<std::sync::OnceLock<Caller>>);
+
+impl SeenCaller {
+    pub fn tell(&self, caller: &Caller) {
+        let _ = self.0.set(caller.clone());
+    }
+
+    /// The caller told, if any.
+    #[must_use]
+    pub fn caller(&self) -> Option<Caller> {
+        self.0.get().cloned()
     }
 }
 

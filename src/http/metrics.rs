@@ -6,63 +6,23 @@ use std::sync::atomic::AtomicU64;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+mod labels;
+
+use labels::{
+    ActionLabels, ClaimResultLabels, GroupLabels, LabelledGroups, OutcomeLabels, RequestLabels,
+    RouteLabels, RouteOnlyLabels, StateLabels, seconds_between, wait_histogram,
+};
+
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::{Claim, Claimed, Outcome, Route};
-use crate::store::{Acted, ActionResult, GLANCE_GROUPS, ReceiptState, StatusView};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    method: String,
-    route: String,
-    status: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteLabels {
-    method: String,
-    route: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    route: &'static str,
-    kind: &'static str,
-    code: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteOnlyLabels {
-    route: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClaimResultLabels {
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ActionLabels {
-    action: &'static str,
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GroupLabels {
-    group: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    state: String,
-}
+use crate::store::{Acted, ActionResult, ReceiptState, StatusView};
 
 /// The service's counters, histograms and gauges.
 pub struct Metrics {
@@ -445,49 +405,6 @@ pub enum ClaimResult {
     Refused,
 }
 
-/// Buckets for waits: 5 ms to a day, as queues wait (a worker's busy
-/// minute and an outage's hours both have a bucket).
-fn wait_histogram() -> Histogram {
-    Histogram::new([
-        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
-        3_600.0, 21_600.0, 86_400.0,
-    ])
-}
-
-/// `to - from` in seconds; 0 when the clock says `to` came first.
-fn seconds_between(from_ms: u64, to_ms: u64) -> f64 {
-    to_ms.saturating_sub(from_ms) as f64 / 1000.0
-}
-
-/// Group labels of the per-group histograms: the first [`GLANCE_GROUPS`]
-/// groups seen keep their names, later ones share `""` (no group has an
-/// empty name), so a producer naming groups cannot grow `/metrics` without
-/// bound.
-#[derive(Default)]
-struct LabelledGroups(std::sync::RwLock<std::collections::HashSet<String>>);
-
-impl LabelledGroups {
-    fn label(&self, group: &str) -> String {
-        let known = self
-            .0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if known.contains(group) {
-            return group.to_owned();
-        }
-        drop(known);
-        let mut known = self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if known.len() < GLANCE_GROUPS {
-            known.insert(group.to_owned());
-            return group.to_owned();
-        }
-        known.get(group).cloned().unwrap_or_default()
-    }
-}
-
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let status = app.store.status_at_a_glance(app.now(), 1).await?;
@@ -503,18 +420,3 @@ pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, A
 
 /// Shared handle.
 pub type SharedMetrics = Arc<Metrics>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_past_the_first_hundred_share_one_label() {
-        let groups = LabelledGroups::default();
-        for i in 0..GLANCE_GROUPS {
-            assert_eq!(groups.label(&format!("g{i}")), format!("g{i}"));
-        }
-        assert_eq!(groups.label("late"), "", "the 101st group");
-        assert_eq!(groups.label("g7"), "g7", "a labelled group keeps its name");
-    }
-}

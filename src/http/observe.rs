@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::auth::Caller;
+use super::auth::{Caller, SeenCaller};
 use super::error::Internal;
 use super::metrics::SharedMetrics;
 use super::spans;
@@ -89,18 +89,6 @@ fn actor(caller: Option<Caller>) -> String {
     }
 }
 
-/// Where [`super::auth::require_token`] tells the request log who called:
-/// shared with the request rather than returned on the response, which a
-/// time limit may replace.
-#[derive(Clone, Default)]
-pub struct SeenCaller(std::sync::Arc<OnceLock<Caller>>);
-
-impl SeenCaller {
-    pub fn tell(&self, caller: &Caller) {
-        let _ = self.0.set(caller.clone());
-    }
-}
-
 /// What [`observe`] reports to: the metrics, and the trace exporter when
 /// tracing is on.
 #[derive(Clone)]
@@ -143,7 +131,7 @@ pub async fn observe(
     }
     metrics.request(method, route, status, seconds);
     let latency_ms = seconds * 1000.0;
-    let caller = actor(seen.0.get().cloned());
+    let caller = actor(seen.caller());
     match response.extensions_mut().remove::<Internal>() {
         None => {
             tracing::info!(request_id = %id, method, route, status, latency_ms, caller, "request");

@@ -22,7 +22,6 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 
-use super::wire::{ClaimBody, header_trace};
 use crate::domain::{Claimed, Route, TraceContext};
 use crate::telemetry::Telemetry;
 
@@ -86,16 +85,24 @@ pub fn note_claimed<'a>(worker: &str, claims: impl IntoIterator<Item = &'a Claim
     });
 }
 
-/// A claim sent back (outcome, extension, release): its receipt, its owner,
-/// and the producer's context it carries.
-pub fn note_claim(claim: &ClaimBody) {
+/// What a claim sent back (outcome, extension, release) says of itself.
+pub struct SentClaim<'a> {
+    pub receipt_id: &'a str,
+    pub worker_id: &'a str,
+    pub group: &'a str,
+    pub traceparent: Option<&'a str>,
+    pub tracestate: Option<&'a str>,
+}
+
+/// A claim sent back: its receipt, its owner, and the producer's context
+/// it carries.
+pub fn note_claim(claim: SentClaim<'_>) {
     note(|f| {
-        f.worker_id = Some(claim.lease_owner.clone());
-        about(f, [(claim.receipt_id.as_str(), claim.group.as_str())]);
+        f.worker_id = Some(claim.worker_id.to_owned());
+        about(f, [(claim.receipt_id, claim.group)]);
         let trace = claim
             .traceparent
-            .as_deref()
-            .and_then(|p| TraceContext::parse(p, claim.tracestate.as_deref()).ok());
+            .and_then(|p| TraceContext::parse(p, claim.tracestate).ok());
         keep_trace(f, trace);
     });
 }
@@ -155,7 +162,8 @@ pub async fn traced(
     handle: impl Future<Output = Response>,
 ) -> Response {
     let start = SystemTime::now();
-    let own_parent = header_trace(headers);
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let own_parent = TraceContext::from_headers(text("traceparent"), text("tracestate"));
     let (response, facts) = FACTS
         .scope(RefCell::new(Facts::default()), async {
             let response = handle.await;

@@ -27,6 +27,7 @@ mod read;
 mod schema;
 mod search;
 mod stats;
+mod tx;
 mod write;
 
 pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
@@ -86,6 +87,8 @@ impl Default for PostgresOptions {
 const CHANNEL: &str = "settled_work";
 
 type Tx = Transaction<'static, Postgres>;
+
+use tx::{begin, begin_claim, begin_with, commit, finish};
 
 /// The PostgreSQL store.
 pub struct PostgresStore {
@@ -201,70 +204,6 @@ impl PostgresStore {
             "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
         )
         .await
-    }
-}
-
-/// A transaction on a pooled connection.
-async fn begin(pool: &PgPool) -> StoreResult<Tx> {
-    begin_with(pool, "BEGIN").await
-}
-
-/// A transaction for a claim. Every statement of a claim is meant to read
-/// index ranges bounded by what it takes or the leases out; on a table that
-/// grew since it was last analyzed the planner can take a scan of the whole
-/// table as cheaper (the lapsed leases, for instance), so the claim rules
-/// that out for its own transaction. Its statements are planned once per
-/// connection (`force_generic_plan`): the claim statement's custom plan was
-/// made again at every call, as long as running it (0.6 ms each, most of a
-/// one-by-one claim). A claim changes no receipt count (only
-/// the lease and the row version), so the counting trigger is told to leave
-/// it (migrations/postgres/0015_counts_in_statement.sql).
-async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
-    begin_with(
-        pool,
-        "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan; \
-         SET LOCAL settled.counted = on",
-    )
-    .await
-}
-
-/// A transaction opened with `statement`, on a task of its own: sqlx 0.9.0
-/// returns a connection to the pool still inside a transaction when the
-/// future of `begin` is dropped during its `BEGIN` round trip (a client that
-/// went away, a time limit), and the next borrower's statements then run in
-/// it (launchbadge/sqlx#4393). On its own task the `BEGIN` always completes,
-/// and a transaction nobody takes is rolled back when dropped.
-async fn begin_with(pool: &PgPool, statement: &'static str) -> StoreResult<Tx> {
-    let pool = pool.clone();
-    tokio::spawn(async move { pool.begin_with(statement).await })
-        .await
-        .map_err(|e| StoreError::backend(format!("opening a transaction: {e}")))?
-        .map_err(Into::into)
-}
-
-/// Commit after success; roll back at once after a failure. A dropped
-/// transaction would only roll back when its connection is next used, and
-/// until then its row locks would hide rows from `SKIP LOCKED` claims.
-/// Commit `tx`, unless the call's time limit gave it up first (then it is
-/// rolled back, as dropped).
-async fn commit(tx: Tx) -> StoreResult<()> {
-    commit_gate::may_commit()?;
-    tx.commit().await?;
-    Ok(())
-}
-
-async fn finish<T>(tx: Tx, result: StoreResult<T>) -> StoreResult<T> {
-    match result {
-        Ok(value) => {
-            commit(tx).await?;
-            Ok(value)
-        }
-        Err(error) => {
-            // The original error matters more than a failed rollback, which
-            // leaves the connection to be discarded by the pool anyway.
-            let _ = tx.rollback().await;
-            Err(error)
-        }
     }
 }
 

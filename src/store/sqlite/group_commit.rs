@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::write::{self, EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
+use super::enqueue::EnqueueItem;
+use super::write::{self, ExtendItem, OutcomeItem, ReleaseItem};
 use crate::domain::{Claimed, Route, StoreError};
 use crate::store::{Enqueued, StoreResult};
 
@@ -418,7 +419,7 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
             Job::Solo(run) | Job::Background(run) => finish.push(run(conn)),
         }
     }
-    run_kind(conn, enqueue, write::enqueue, &mut finish, merged);
+    run_kind(conn, enqueue, super::enqueue::enqueue, &mut finish, merged);
     run_kind(conn, outcomes, write::record, &mut finish, merged);
     run_kind(conn, extend, write::extend, &mut finish, merged);
     run_kind(conn, release, write::release, &mut finish, merged);

@@ -6,13 +6,15 @@ use std::collections::HashMap;
 
 use rusqlite::Connection;
 
-use super::lookup::{json, receipt_row, rows_by_id};
-use crate::domain::{Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, StoreError, WorkerId};
+use super::lookup::{json, receipt_row, row, rows_by_id};
+use crate::domain::{
+    Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, ReceiptId, StoreError, WorkerId,
+};
 use crate::store::fair::{
     DueClaims, FairClaim, GroupRow, Turn, claim_order, in_turn, limits, turn_after,
 };
 use crate::store::rows::{ReceiptRow, receipt_columns};
-use crate::store::{StoreResult, rules};
+use crate::store::{ReceiptClaim, StoreResult, rules};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
 
@@ -412,6 +414,31 @@ pub fn set_limits(
         now
     ])?;
     Ok(())
+}
+
+/// Claim one receipt by id.
+pub fn claim_receipt(
+    conn: &Connection,
+    receipt_id: &ReceiptId,
+    worker_id: &WorkerId,
+    now: i64,
+    until: i64,
+) -> StoreResult<ReceiptClaim> {
+    let Some(row) = row(conn, receipt_id.as_str())? else {
+        return Ok(ReceiptClaim::NoActiveWork);
+    };
+    Ok(match row.status.as_str() {
+        "active" if row.lease_live(now) => ReceiptClaim::Leased,
+        "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
+        "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
+        "active" => {
+            if let Err(paused) = admit_one(conn, &row.receipt_group, now)? {
+                return Ok(ReceiptClaim::GroupLimited { paused });
+            }
+            ReceiptClaim::Claimed(Box::new(lease(conn, row, worker_id, now, until)?))
+        }
+        _ => ReceiptClaim::NoActiveWork,
+    })
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! thread (see [`group`]), a small pool of sqlx readers, WAL with
 //! `synchronous=FULL` so every acknowledged commit is durable.
 
+mod enqueue;
 mod feed;
 mod group_commit;
 mod groups;
@@ -36,8 +37,9 @@ use crate::store::{
     ReceiptView, SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView,
     StoreResult,
 };
+use enqueue::EnqueueItem;
 use group_commit::Writer;
-use write::{EnqueueItem, ExtendItem, OutcomeItem, ReleaseItem};
+use write::{ExtendItem, OutcomeItem, ReleaseItem};
 
 /// The SQLite store.
 pub struct SqliteStore {
@@ -201,7 +203,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let (id, worker) = (receipt_id.clone(), worker_id.clone());
         let found = self
             .writer
-            .solo(move |conn| write::claim_receipt(conn, &id, &worker, now, until))
+            .solo(move |conn| groups::claim_receipt(conn, &id, &worker, now, until))
             .await?;
         Ok(found)
     }

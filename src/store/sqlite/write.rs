@@ -15,11 +15,9 @@ use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan, cas_sql};
 use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
-use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, WorkerId};
+use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError};
 use crate::store::rows::receipt_columns;
-use crate::store::{
-    Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, ReceiptClaim, StoreResult,
-};
+use crate::store::{Acted, ActionResult, OperatorAction, StoreResult};
 
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
 #[derive(Debug, Clone)]
@@ -43,128 +41,6 @@ pub struct ExtendItem {
 pub struct ReleaseItem {
     pub claim: Claim,
     pub now_ms: u64,
-}
-
-/// One receipt to enqueue, with the clock of its call.
-#[derive(Debug, Clone)]
-pub struct EnqueueItem {
-    pub receipt: NewReceipt,
-    pub now: i64,
-}
-
-/// Store receipts; each is judged on its own. Two statements whatever the
-/// batch size: one `INSERT … SELECT FROM jsonb_each … ON CONFLICT DO NOTHING`
-/// that returns the ids it created, and one read of the rows that already
-/// existed, whose identity is then compared in Rust.
-pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqueued>> {
-    let mut rows = Vec::with_capacity(items.len());
-    for EnqueueItem { receipt, now } in items {
-        let finalized_at = to_i64(receipt.finalized_at, "finalized_at")?;
-        let visible = receipt
-            .visible_at_ms
-            .map_or(Ok(*now), |v| to_i64(v, "visible_at_ms"))?;
-        // The observation travels as its JSON text and is stored as that text.
-        let observation = receipt
-            .observation
-            .as_ref()
-            .map(serde_json::Value::to_string);
-        rows.push((
-            receipt.receipt_id.as_str(),
-            finalized_at,
-            observation,
-            visible,
-            now,
-            receipt.group.as_str(),
-            receipt.priority.get(),
-            receipt.trace.as_ref().map(|t| t.traceparent()),
-            receipt.trace.as_ref().and_then(|t| t.tracestate()),
-        ));
-    }
-    let rows = json(&rows)?;
-
-    // `WHERE true` lets SQLite tell the upsert clause from a join; `ORDER BY
-    // key` makes the first occurrence of a repeated id the one that creates it.
-    let mut created: HashSet<String> = {
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-             row_version, next_visible_at_ms, created_at_ms, receipt_group, priority, \
-             traceparent, tracestate) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
-             value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8 \
-             FROM jsonb_each(?1) WHERE true ORDER BY key \
-             ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
-        )?;
-        stmt.query_map([&rows], |r| r.get(0))?
-            .collect::<Result<_, _>>()?
-    };
-    // The groups of the receipts just created (only those: a refused
-    // receipt changes nothing) get their row.
-    let named = rules::named_groups(
-        items
-            .iter()
-            .map(|i| &i.receipt)
-            .filter(|r| created.contains(r.receipt_id.as_str())),
-    );
-    if !named.is_empty() {
-        super::groups::forget_groups();
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO receipt_groups (name) SELECT value FROM json_each(?1) WHERE true \
-             ON CONFLICT (name) DO NOTHING",
-        )?;
-        stmt.execute([json(&named)?])?;
-    }
-    let existing = rows_by_id(
-        conn,
-        items.iter().filter_map(|i| {
-            let id = i.receipt.receipt_id.as_str();
-            (!created.contains(id)).then_some(id)
-        }),
-    )?;
-    let mut results = Vec::with_capacity(items.len());
-    for item in items {
-        let id = item.receipt.receipt_id.as_str();
-        // The first occurrence of a new id created it; a repeat in the same
-        // batch is compared with what the first one stored.
-        let result = if created.remove(id) {
-            Enqueued::Created
-        } else if let Some(stored) = existing.get(id) {
-            rules::same_identity(stored, &item.receipt)?
-        } else {
-            // Created by an earlier occurrence in this batch.
-            let stored = row(conn, id)?
-                .ok_or_else(|| StoreError::backend("receipt vanished during enqueue"))?;
-            rules::same_identity(&stored, &item.receipt)?
-        };
-        results.push(result);
-    }
-    Ok(results)
-}
-
-/// Claim one receipt by id.
-pub fn claim_receipt(
-    conn: &Connection,
-    receipt_id: &ReceiptId,
-    worker_id: &WorkerId,
-    now: i64,
-    until: i64,
-) -> StoreResult<ReceiptClaim> {
-    let Some(row) = row(conn, receipt_id.as_str())? else {
-        return Ok(ReceiptClaim::NoActiveWork);
-    };
-    Ok(match row.status.as_str() {
-        "active" if row.lease_live(now) => ReceiptClaim::Leased,
-        "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
-        "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
-        "active" => {
-            if let Err(paused) = super::groups::admit_one(conn, &row.receipt_group, now)? {
-                return Ok(ReceiptClaim::GroupLimited { paused });
-            }
-            ReceiptClaim::Claimed(Box::new(super::groups::lease(
-                conn, row, worker_id, now, until,
-            )?))
-        }
-        _ => ReceiptClaim::NoActiveWork,
-    })
 }
 
 /// The claim's six fields and the check time, as `jsonb_each` columns 0..=7.
