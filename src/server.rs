@@ -134,7 +134,7 @@ pub async fn run(
     };
     let served = serve_with(listener, state, stop, limits).await;
     if let Some(telemetry) = telemetry {
-        telemetry.shutdown();
+        telemetry.shutdown().await;
     }
     served.map_err(StartError::Serve)
 }

@@ -13,7 +13,7 @@
 //! counted (`settled_trace_spans_dropped_total`).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -24,7 +24,8 @@ use opentelemetry_sdk::trace::{
     SdkTracer, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
 };
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
 
 /// Spans waiting for export, at most.
 pub const QUEUE: usize = 4096;
@@ -38,6 +39,9 @@ const LINGER: Duration = Duration::from_secs(1);
 pub struct Telemetry {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
+    /// Tells the export task to send what is queued and stop.
+    stop: Arc<Notify>,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
     /// Spans dropped: queue full, or their batch not delivered.
     pub dropped: Counter,
     /// Spans delivered to the collector.
@@ -104,7 +108,14 @@ impl Telemetry {
         // (a batch processor of the SDK would be told it by the provider).
         exporter.set_resource(&resource);
         let (tx, rx) = mpsc::channel(to.queue.max(1));
-        tokio::spawn(drain(rx, exporter, dropped.clone(), exported.clone()));
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn(drain(
+            rx,
+            exporter,
+            dropped.clone(),
+            exported.clone(),
+            stop.clone(),
+        ));
         let provider = SdkTracerProvider::builder()
             .with_resource(resource)
             .with_span_processor(Queue {
@@ -116,6 +127,8 @@ impl Telemetry {
         Ok(Self {
             provider,
             tracer,
+            stop,
+            task: Arc::new(Mutex::new(Some(task))),
             dropped,
             exported,
         })
@@ -127,10 +140,19 @@ impl Telemetry {
         &self.tracer
     }
 
-    /// Stop taking spans; what is queued is sent if the collector answers
-    /// within the export timeout.
-    pub fn shutdown(&self) {
-        let _ = self.provider.shutdown_with_timeout(Duration::from_secs(5));
+    /// Send what is queued (waiting at most 5 s for the collector), then
+    /// stop exporting.
+    pub async fn shutdown(&self) {
+        self.stop.notify_one();
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        let _ = self.provider.shutdown_with_timeout(Duration::from_secs(1));
     }
 }
 
@@ -162,15 +184,37 @@ impl SpanProcessor for Queue {
 
 /// Send queued spans in batches of up to [`BATCH`], each batch at most
 /// [`LINGER`] after its first span; a batch the collector does not take is
-/// dropped and counted (the exporter has its own timeout).
+/// dropped and counted (the exporter has its own timeout). Told to `stop`,
+/// send what is still queued and return.
 async fn drain(
     mut rx: mpsc::Receiver<SpanData>,
     exporter: opentelemetry_otlp::SpanExporter,
     dropped: Counter,
     exported: Counter,
+    stop: Arc<Notify>,
 ) {
+    let send = |batch: Vec<SpanData>| {
+        let n = batch.len() as u64;
+        let (exporter, dropped, exported) = (&exporter, &dropped, &exported);
+        async move {
+            match exporter.export(batch).await {
+                Ok(()) => exported.inc_by(n),
+                Err(error) => {
+                    tracing::debug!(%error, spans = n, "trace export failed");
+                    dropped.inc_by(n)
+                }
+            };
+        }
+    };
     let mut batch = Vec::with_capacity(BATCH);
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            span = rx.recv() => match span {
+                Some(span) => span,
+                None => break,
+            },
+            () = stop.notified() => break,
+        };
         batch.push(first);
         let deadline = tokio::time::Instant::now() + LINGER;
         while batch.len() < BATCH {
@@ -179,16 +223,16 @@ async fn drain(
                 Ok(None) | Err(_) => break,
             }
         }
-        let n = batch.len() as u64;
-        match exporter.export(std::mem::take(&mut batch)).await {
-            Ok(()) => {
-                exported.inc_by(n);
-            }
-            Err(error) => {
-                dropped.inc_by(n);
-                tracing::debug!(%error, spans = n, "trace export failed");
-            }
+        send(std::mem::take(&mut batch)).await;
+    }
+    while let Ok(span) = rx.try_recv() {
+        batch.push(span);
+        if batch.len() == BATCH {
+            send(std::mem::take(&mut batch)).await;
         }
+    }
+    if !batch.is_empty() {
+        send(batch).await;
     }
     let _ = exporter.shutdown();
 }

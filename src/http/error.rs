@@ -346,6 +346,9 @@ impl From<PathRejection> for ApiError {
 impl ApiError {
     /// Tell the request's span (if it is traced) what was refused.
     pub(super) fn note_span(&self) {
+        if !super::spans::active() {
+            return;
+        }
         if let Ok(serde_json::Value::String(code)) = serde_json::to_value(self.code) {
             super::spans::note_problem(&code, self.class == ProblemClass::Conflict);
         }

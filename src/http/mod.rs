@@ -33,6 +33,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -111,12 +112,7 @@ impl AppState {
     /// The counters a trace exporter reports to `/metrics`: spans dropped,
     /// spans exported.
     #[must_use]
-    pub fn trace_counters(
-        &self,
-    ) -> (
-        prometheus_client::metrics::counter::Counter,
-        prometheus_client::metrics::counter::Counter,
-    ) {
+    pub fn trace_counters(&self) -> (Counter, Counter) {
         self.metrics.trace_counters()
     }
 

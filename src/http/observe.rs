@@ -2,8 +2,9 @@
 //! when it is short printable ASCII (so it cannot forge log lines), otherwise
 //! a fresh one is made; either way it is returned on the response.
 //!
-//! One log line per request, with no span around the handler: a span costs
-//! as much as the line itself on every request. What a 5xx hides from the
+//! One log line per request, with no `tracing` span around the handler: a
+//! span costs as much as the line itself on every request. An OpenTelemetry
+//! span is made only when traces are exported (`spans`). What a 5xx hides from the
 //! client comes back on the response ([`Internal`]) and is logged here, on a
 //! line that carries the request's id.
 

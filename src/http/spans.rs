@@ -45,6 +45,11 @@ pub struct Facts {
     traces: Vec<TraceContext>,
 }
 
+/// Whether this request is traced (its handler runs in a span's scope).
+pub fn active() -> bool {
+    FACTS.try_with(|_| ()).is_ok()
+}
+
 fn note(change: impl FnOnce(&mut Facts)) {
     let _ = FACTS.try_with(|facts| change(&mut facts.borrow_mut()));
 }

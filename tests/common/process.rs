@@ -80,6 +80,12 @@ impl Launch {
         self
     }
 
+    /// Set a variable in the process's environment.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.command.env(key, value);
+        self
+    }
+
     /// Remove a variable from the process's environment (`RUST_LOG`: log
     /// at the binary's own default level).
     pub fn env_remove(mut self, key: &str) -> Self {

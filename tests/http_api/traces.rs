@@ -434,6 +434,43 @@ async fn an_unreachable_collector_never_holds_a_request(fresh: Fresh) {
     s.stop().await;
 }
 
+/// The binary turns export on by the standard variables, names itself by
+/// `OTEL_SERVICE_NAME`, and sends the spans still queued when it is stopped
+/// before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_exports_by_the_standard_variables_and_flushes_on_stop() {
+    let r = receiver().await;
+    let endpoint = r.traces_url.trim_end_matches("/v1/traces").to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("t.db").display());
+    let server = crate::common::process::Launch::new(dir.path())
+        .database(&url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_SERVICE_NAME", "settled-eu")
+        .spawn()
+        .ready_async()
+        .await;
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/receipts", server.base))
+        .header("traceparent", PARENT)
+        .json(&json!({"receipt_id": "last", "finalized_at": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    // Stopped at once: the span is still in the export queue.
+    tokio::task::spawn_blocking(move || server.stop())
+        .await
+        .unwrap();
+    let spans = r.spans.lock().unwrap().clone();
+    let enqueue = spans
+        .iter()
+        .find(|s| s.name == "POST /v1/receipts")
+        .expect("the queued span was sent before the process exited");
+    assert_eq!(hex(&enqueue.trace_id), &PARENT[3..35]);
+    assert_eq!(r.services.lock().unwrap()[0], "settled-eu");
+}
+
 crate::on_every_backend!(
     the_producers_trace_context_reaches_every_claim,
     a_malformed_trace_context_in_a_body_is_refused,
