@@ -55,14 +55,46 @@ impl Role {
     }
 }
 
-/// The roles each `/v1` operation admits, read from the router's own OpenAPI
-/// document, where every handler declares them where it is registered
-/// (`security(("bearer" = [ROLES]))` in its `#[utoipa::path]`, role names as
-/// OpenAPI 3.1 allows for bearer schemes). The router is the one list of
-/// routes: a `/v1` operation without roles makes [`Access::of`] fail, so the
-/// server does not start and every HTTP test fails.
+/// Every route template the app serves, with the roles each `/v1` operation
+/// admits, read from the router's own OpenAPI document, where every handler
+/// declares them where it is registered (`security(("bearer" = [ROLES]))` in
+/// its `#[utoipa::path]`, role names as OpenAPI 3.1 allows for bearer
+/// schemes). The router is the one list of routes: a `/v1` operation without
+/// roles makes [`Access::of`] fail, so the server does not start and every
+/// HTTP test fails. A request is matched against it once, by the request log
+/// ([`super::observe`]), for both its metrics label and its roles
+/// ([`MatchedRoute`]).
 #[derive(Clone)]
-pub struct Access(Arc<matchit::Router<Vec<MethodRoles>>>);
+pub struct Access(Arc<matchit::Router<Arc<RouteEntry>>>);
+
+/// A route template, and the roles of its `/v1` operations by method (none
+/// for routes outside `/v1`).
+#[derive(Debug)]
+pub struct RouteEntry {
+    pub template: String,
+    methods: Vec<MethodRoles>,
+}
+
+impl RouteEntry {
+    /// Whether `role` may call `method` here; `None` when no operation of
+    /// this route has the method (the router answers 405).
+    #[must_use]
+    pub fn allows(&self, role: Role, method: &Method) -> Option<bool> {
+        // The router answers HEAD with the GET handler: it needs GET's roles.
+        let method = if method == Method::HEAD {
+            &Method::GET
+        } else {
+            method
+        };
+        let (_, roles) = self.methods.iter().find(|(m, _)| m == method)?;
+        Some(roles.contains(&role))
+    }
+}
+
+/// The route a request matched (`None`: no route), found once by the
+/// request log and read by [`require_token`].
+#[derive(Clone, Debug)]
+pub struct MatchedRoute(pub Option<Arc<RouteEntry>>);
 
 /// A method of a path and the roles it admits.
 type MethodRoles = (Method, Vec<Role>);
@@ -117,37 +149,52 @@ fn is_v1(path: &str) -> bool {
 }
 
 impl Access {
-    /// The roles of every `/v1` operation of `doc`.
-    pub fn of(doc: &OpenApi) -> Result<Self, String> {
+    /// Every path of `doc`, with the roles of its `/v1` operations, and the
+    /// `others` the app serves outside the document (no roles).
+    pub fn of(doc: &OpenApi, others: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut routes = matchit::Router::new();
-        for (path, item) in doc.paths.paths.iter().filter(|(p, _)| is_v1(p)) {
-            let methods = operations(item)
-                .map(|(method, operation)| {
-                    declared_roles(operation)
-                        .map(|roles| (method.clone(), roles))
-                        .map_err(|e| format!("{method} {path} {e}"))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+        for (path, item) in &doc.paths.paths {
+            let methods = if is_v1(path) {
+                operations(item)
+                    .map(|(method, operation)| {
+                        declared_roles(operation)
+                            .map(|roles| (method.clone(), roles))
+                            .map_err(|e| format!("{method} {path} {e}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            } else {
+                Vec::new()
+            };
+            let entry = RouteEntry {
+                template: path.clone(),
+                methods,
+            };
             routes
-                .insert(path.clone(), methods)
+                .insert(path.clone(), Arc::new(entry))
                 .map_err(|e| format!("{path}: {e}"))?;
         }
+        for template in others {
+            let entry = RouteEntry {
+                template: template.clone(),
+                methods: Vec::new(),
+            };
+            // A template the matcher refuses is left unlabelled, not fatal.
+            let _ = routes.insert(template, Arc::new(entry));
+        }
         Ok(Self(Arc::new(routes)))
+    }
+
+    /// The route `path` (as sent) matches, if any.
+    #[must_use]
+    pub fn lookup(&self, path: &str) -> Option<Arc<RouteEntry>> {
+        self.0.at(path).ok().map(|m| m.value.clone())
     }
 
     /// Whether `role` may call `method path` (path as sent); `None` when no
     /// operation has this path and method (the router answers 404 or 405).
     #[must_use]
     pub fn allows(&self, role: Role, method: &Method, path: &str) -> Option<bool> {
-        // The router answers HEAD with the GET handler: it needs GET's roles.
-        let method = if method == Method::HEAD {
-            &Method::GET
-        } else {
-            method
-        };
-        let methods = self.0.at(path).ok()?.value;
-        let (_, roles) = methods.iter().find(|(m, _)| m == method)?;
-        Some(roles.contains(&role))
+        self.lookup(path)?.allows(role, method)
     }
 }
 
@@ -345,10 +392,13 @@ pub async fn require_token(
     // `None` lets a valid token through to the router's 404/405: the table
     // holds exactly the router's `/v1` operations (both come from the same
     // `split_for_parts`, matched by the same matchit), so no handler runs.
-    let allowed = guard
-        .access
-        .allows(caller.role, request.method(), path)
-        .unwrap_or(true);
+    let allowed = match request.extensions().get::<MatchedRoute>() {
+        Some(MatchedRoute(entry)) => entry
+            .as_ref()
+            .and_then(|e| e.allows(caller.role, request.method())),
+        None => guard.access.allows(caller.role, request.method(), path),
+    }
+    .unwrap_or(true);
     // For the request log (observe), which runs outside this layer: told
     // now, so that a request the time limit cuts off still names its caller.
     if let Some(seen) = request.extensions().get::<SeenCaller>() {
@@ -451,7 +501,7 @@ mod tests {
                 )
                 .build()
         };
-        let bare = Access::of(&doc(OperationBuilder::new().build()));
+        let bare = Access::of(&doc(OperationBuilder::new().build()), []);
         assert!(
             bare.unwrap_err()
                 .contains("POST /v1/things/{id} declares no role")
@@ -459,11 +509,15 @@ mod tests {
         let unknown = OperationBuilder::new()
             .security(SecurityRequirement::new(BEARER, ["admin"]))
             .build();
-        assert!(Access::of(&doc(unknown)).unwrap_err().contains("`admin`"));
+        assert!(
+            Access::of(&doc(unknown), [])
+                .unwrap_err()
+                .contains("`admin`")
+        );
         let declared = OperationBuilder::new()
             .security(SecurityRequirement::new(BEARER, ["worker", "operator"]))
             .build();
-        let access = Access::of(&doc(declared)).unwrap();
+        let access = Access::of(&doc(declared), ["/metrics".to_owned()]).unwrap();
         let path = "/v1/things/a%2Fb";
         assert_eq!(access.allows(Role::Worker, &Method::POST, path), Some(true));
         assert_eq!(
@@ -473,6 +527,10 @@ mod tests {
         assert_eq!(access.allows(Role::Reader, &Method::GET, path), None);
         assert_eq!(access.allows(Role::Worker, &Method::HEAD, path), None);
         assert_eq!(access.allows(Role::Reader, &Method::GET, "/v1/nope"), None);
+        // Routes outside /v1 are in the table (for their labels), with no roles.
+        assert_eq!(access.lookup("/healthz").unwrap().template, "/healthz");
+        assert_eq!(access.lookup("/metrics").unwrap().template, "/metrics");
+        assert_eq!(access.allows(Role::Reader, &Method::GET, "/healthz"), None);
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! client comes back on the response ([`Internal`]) and is logged here, on a
 //! line that carries the request's id.
 
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use axum::extract::{Request, State};
@@ -16,7 +15,7 @@ use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::auth::{Caller, SeenCaller};
+use super::auth::{Access, Caller, MatchedRoute, SeenCaller};
 use super::error::Internal;
 use super::metrics::SharedMetrics;
 use super::spans;
@@ -58,22 +57,6 @@ fn new_id() -> String {
     hex::encode(bytes)
 }
 
-/// The route template `path` matches (the metrics label), from the
-/// router's own templates. This middleware runs around the router (see
-/// `app`), where axum's `MatchedPath` is not known yet.
-fn route_label(path: &str) -> &'static str {
-    static ROUTES: OnceLock<matchit::Router<String>> = OnceLock::new();
-    let routes = ROUTES.get_or_init(|| {
-        let mut routes = matchit::Router::new();
-        for template in super::route_templates() {
-            // A template the matcher refuses is left unlabelled, not fatal.
-            let _ = routes.insert(template.clone(), template);
-        }
-        routes
-    });
-    routes.at(path).map_or(UNMATCHED, |m| m.value.as_str())
-}
-
 /// Who sent the request, for the log: `ROLE:NAME` for a named token, `ROLE`
 /// for an unnamed one, `-` without a token. Never the token itself.
 fn actor(caller: Option<Caller>) -> String {
@@ -96,11 +79,20 @@ fn actor(caller: Option<Caller>) -> String {
 pub struct Observer {
     pub metrics: SharedMetrics,
     pub telemetry: Option<SharedTelemetry>,
+    /// The app's routes: a request is matched once, here, for its metrics
+    /// label and (through [`MatchedRoute`]) its roles. This middleware runs
+    /// around the router (see `app`), where axum's `MatchedPath` is not
+    /// known yet.
+    pub routes: Access,
 }
 
 /// Wrap every request.
 pub async fn observe(
-    State(Observer { metrics, telemetry }): State<Observer>,
+    State(Observer {
+        metrics,
+        telemetry,
+        routes,
+    }): State<Observer>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -109,7 +101,13 @@ pub async fn observe(
     // path can be sent, so labelling by what the client wrote would let it
     // grow the metrics without bound.
     let method = method_label(request.method());
-    let route = route_label(request.uri().path());
+    let matched = routes.lookup(request.uri().path());
+    let route = matched
+        .as_deref()
+        .map_or(UNMATCHED, |m| m.template.as_str());
+    request
+        .extensions_mut()
+        .insert(MatchedRoute(matched.clone()));
     let seen = SeenCaller::default();
     request.extensions_mut().insert(seen.clone());
     let started = Instant::now();

@@ -155,7 +155,7 @@ fn span_context(trace: &TraceContext) -> Option<SpanContext> {
 /// What the span of one request is named and says besides the facts.
 pub struct RequestLabels<'a> {
     pub method: &'static str,
-    pub route: &'static str,
+    pub route: &'a str,
     pub request_id: &'a str,
 }
 
@@ -190,7 +190,7 @@ pub async fn traced(
     let status = response.status().as_u16();
     let mut attributes = vec![
         KeyValue::new("http.request.method", labels.method),
-        KeyValue::new("http.route", labels.route),
+        KeyValue::new("http.route", labels.route.to_owned()),
         KeyValue::new("http.response.status_code", i64::from(status)),
         KeyValue::new("settled.request_id", labels.request_id.to_owned()),
     ];
