@@ -114,13 +114,14 @@ pub async fn observe(
     let mut response = match &telemetry {
         None => next.run(request).await,
         Some(telemetry) => {
-            let headers = request.headers().clone();
+            // Read before the request moves on: only the two headers, not a copy of all.
+            let own_parent = spans::request_parent(request.headers());
             let labels = spans::RequestLabels {
                 method,
                 route,
                 request_id: &id,
             };
-            spans::traced(telemetry, &headers, labels, next.run(request)).await
+            spans::traced(telemetry, own_parent, labels, next.run(request)).await
         }
     };
     let seconds = started.elapsed().as_secs_f64();

@@ -159,16 +159,23 @@ pub struct RequestLabels<'a> {
     pub request_id: &'a str,
 }
 
-/// Run `handle` and export its span.
+/// The trace context a request's own `traceparent` / `tracestate` headers
+/// name, if any.
+#[must_use]
+pub fn request_parent(headers: &HeaderMap) -> Option<TraceContext> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    TraceContext::from_headers(text("traceparent"), text("tracestate"))
+}
+
+/// Run `handle` and export its span; `own_parent` is the request's own
+/// context ([`request_parent`]).
 pub async fn traced(
     telemetry: &Telemetry,
-    headers: &HeaderMap,
+    own_parent: Option<TraceContext>,
     labels: RequestLabels<'_>,
     handle: impl Future<Output = Response>,
 ) -> Response {
     let start = SystemTime::now();
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let own_parent = TraceContext::from_headers(text("traceparent"), text("tracestate"));
     let (response, facts) = FACTS
         .scope(RefCell::new(Facts::default()), async {
             let response = handle.await;
