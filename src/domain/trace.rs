@@ -38,7 +38,12 @@ impl TraceContext {
     /// Trace Context recommendation reads them.
     pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Result<Self, TraceError> {
         let bad = Err(TraceError::Traceparent);
-        if traceparent.len() < 55 || traceparent.len() > MAX_TRACEPARENT_BYTES {
+        // A traceparent is printable ASCII; checking that first also keeps the split
+        // below on a character boundary whatever a client sends.
+        if traceparent.len() < 55
+            || traceparent.len() > MAX_TRACEPARENT_BYTES
+            || !traceparent.bytes().all(|b| b.is_ascii_graphic())
+        {
             return bad;
         }
         let (head, rest) = traceparent.split_at(55);
@@ -63,8 +68,7 @@ impl TraceContext {
         let tail_ok = if version == "00" {
             rest.is_empty()
         } else {
-            rest.is_empty()
-                || (rest.starts_with('-') && !rest.bytes().any(|b| b.is_ascii_control()))
+            rest.is_empty() || rest.starts_with('-')
         };
         if !well_formed || !tail_ok {
             return bad;
@@ -167,6 +171,10 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+            // Not ASCII: the 55th byte falls inside a character (a fuzzer's find, once a panic).
+            &format!("{}\u{5ca6d}aB", "Ø".repeat(27)),
+            &format!("01{}-\u{e9}", &GOOD[2..]),
+            &format!("01{}- x", &GOOD[2..]),
         ] {
             assert_eq!(
                 TraceContext::parse(bad, None),
