@@ -6,6 +6,7 @@ use sqlx::FromRow;
 
 use super::StoreResult;
 use super::rows::to_u64;
+use super::rules::{lapsed_sql, unleased_sql};
 use super::views::GroupView;
 
 /// The statement with its parameters: now (ms), page size, list names after
@@ -21,14 +22,13 @@ macro_rules! list_groups {
             $now,
             ") AS leased, \
              (SELECT MIN(m) FROM (SELECT MIN(next_visible_at_ms) AS m FROM receipts \
-                WHERE receipt_group = g.name \
-                AND status = 'active' AND held_at_ms IS NULL AND lease_token IS NULL \
-                AND next_visible_at_ms <= ",
+                WHERE receipt_group = g.name AND ",
+            unleased_sql!(),
+            " AND next_visible_at_ms <= ",
             $now,
-            " UNION ALL SELECT MIN(next_visible_at_ms) FROM receipts WHERE lease_until_ms <= ",
-            $now,
-            " AND receipt_group = g.name AND status = 'active' AND held_at_ms IS NULL \
-                AND next_visible_at_ms <= ",
+            " UNION ALL SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
+            lapsed_sql!($now),
+            " AND receipt_group = g.name AND next_visible_at_ms <= ",
             $now,
             ") AS due) AS oldest_due FROM receipt_groups g WHERE g.name ",
             $cmp,
@@ -46,10 +46,12 @@ macro_rules! list_groups {
 /// index, so the oldest due is read from both too).
 macro_rules! depth {
     () => {
-        "((SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
-         AND held_at_ms IS NULL AND lease_token IS NULL) + (SELECT COUNT(*) FROM receipts \
-         WHERE lease_until_ms IS NOT NULL AND receipt_group = g.name AND status = 'active' \
-         AND held_at_ms IS NULL))"
+        concat!(
+            "((SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND ",
+            unleased_sql!(),
+            ") + (SELECT COUNT(*) FROM receipts WHERE lease_until_ms IS NOT NULL \
+             AND receipt_group = g.name AND status = 'active' AND held_at_ms IS NULL))"
+        )
     };
 }
 

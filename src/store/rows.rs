@@ -4,7 +4,8 @@
 use sqlx::FromRow;
 
 use super::{
-    DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptState, ReceiptView, StoreResult,
+    DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptClaim, ReceiptState, ReceiptView,
+    StoreResult,
 };
 use crate::domain::{
     Claim, Claimed, GroupName, LeaseToken, Priority, ReceiptId, SettlementFailureCode,
@@ -125,6 +126,22 @@ impl ReceiptRow {
     #[must_use]
     pub fn lease_live(&self, now_ms: i64) -> bool {
         self.lease_until_ms.is_some_and(|until| until > now_ms)
+    }
+
+    /// Why a claim of this receipt by id cannot take it at `now_ms`, or
+    /// `None` when it can: the Rust of `claimable_sql!`, for both backends.
+    pub fn unclaimable(&self, now_ms: i64) -> Option<ReceiptClaim> {
+        if self.status != "active" {
+            Some(ReceiptClaim::NoActiveWork)
+        } else if self.lease_live(now_ms) {
+            Some(ReceiptClaim::Leased)
+        } else if self.held_at_ms.is_some() {
+            Some(ReceiptClaim::Held)
+        } else if self.next_visible_at_ms.is_some_and(|v| v > now_ms) {
+            Some(ReceiptClaim::NotYetVisible)
+        } else {
+            None
+        }
     }
 
     /// The state reported at `now_ms`.

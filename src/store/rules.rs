@@ -43,6 +43,55 @@ macro_rules! cas_sql {
 }
 pub(crate) use cas_sql;
 
+/// Claimable once due and holding no lease: the predicate of each backend's
+/// claim index `receipts_due` (migrations/*/0014_unleased_due.sql), written
+/// once so that every query meant for that index names it alike.
+macro_rules! unleased_sql {
+    () => {
+        "status = 'active' AND held_at_ms IS NULL AND lease_token IS NULL"
+    };
+}
+pub(crate) use unleased_sql;
+
+/// Claimable once due, its lease lapsed at `$now`: a range of
+/// `receipts_leases` (a lease implies an active row; the status is said for
+/// the reader).
+macro_rules! lapsed_sql {
+    ($now:literal) => {
+        concat!(
+            "lease_until_ms <= ",
+            $now,
+            " AND status = 'active' AND held_at_ms IS NULL"
+        )
+    };
+}
+pub(crate) use lapsed_sql;
+
+/// Claimable at `$now`: due, and holding no lease or a lapsed one. The SQL of
+/// [`ReceiptRow::claimable`] for a claim of one receipt by id.
+macro_rules! claimable_sql {
+    ($now:literal) => {
+        concat!(
+            "status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ",
+            $now,
+            " AND (lease_until_ms IS NULL OR lease_until_ms <= ",
+            $now,
+            ")"
+        )
+    };
+}
+pub(crate) use claimable_sql;
+
+/// The head of every history `INSERT` of both backends ([`NewHistory`]'s
+/// columns in one order); each statement supplies all of them.
+macro_rules! history_insert {
+    () => {
+        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
+         transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms, actor, note) "
+    };
+}
+pub(crate) use history_insert;
+
 /// The claim fields of the compare-and-swap, as the database binds them.
 #[derive(Debug, Clone)]
 pub struct Cas<'a> {

@@ -9,7 +9,7 @@ use settled::domain::{
 use settled::store::{HistoryEntry, ReceiptState};
 
 use super::support::*;
-use crate::common::Fresh;
+use crate::common::{Fresh, raw_exec, raw_exec_unchecked};
 
 async fn accepted_settles_with_its_transcript(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
@@ -262,6 +262,73 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
     assert_eq!(c.attempts, 0);
 }
 
+/// A write the database refuses (a CHECK, as a corrupt row meets it) fails
+/// that item alone: the other outcomes of the batch are recorded as they
+/// would be without it (history included), and the refused receipt keeps
+/// its lease, unchanged, to be committed or released later.
+async fn a_write_the_database_refuses_fails_that_item_alone(fresh: Fresh) {
+    let ids = ["a", "bad", "c"];
+    enqueue_new(&fresh, &ids.map(receipt), T0).await;
+    let claims = store(&fresh)
+        .claim_due(&worker("w"), T0, lease(1_000), limit(3))
+        .await
+        .unwrap();
+    let [a, bad, c] = [0, 1, 2].map(|i| claims[i].clone());
+    assert_eq!(bad.claim.receipt_id.as_str(), "bad");
+    if fresh.url.starts_with("sqlite:") {
+        // A cancel reason on an active row: a write that finishes it breaks a CHECK.
+        raw_exec_unchecked(
+            &fresh,
+            "UPDATE receipts SET cancel_reason = 'planted' WHERE receipt_id = 'bad'",
+        )
+        .await
+        .unwrap();
+    } else {
+        raw_exec(
+            &fresh,
+            "ALTER TABLE receipts ADD CONSTRAINT planted \
+             CHECK (receipt_id <> 'bad' OR status = 'active') NOT VALID",
+        )
+        .await
+        .unwrap();
+    }
+    let before = view(&fresh, "bad", T0 + 1).await;
+    let batch = vec![
+        (a, accepted("ta")),
+        (bad.clone(), accepted("tbad")),
+        (c, rpc("x")),
+    ];
+    let results = store(&fresh)
+        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(results[0], Ok(Route::NoAction));
+    assert_invalid(&results[1]);
+    assert_eq!(
+        results[2],
+        Ok(Route::RetryScheduled {
+            attempt: 1,
+            next_visible_at_ms: T0 + 251
+        })
+    );
+    let settled = view(&fresh, "a", T0 + 1).await;
+    assert_eq!(settled.state, ReceiptState::Settled);
+    assert_eq!(settled.history.len(), 1);
+    let retried = view(&fresh, "c", T0 + 1).await;
+    assert_eq!(
+        (retried.state, retried.attempts, retried.history.len()),
+        (ReceiptState::RetryScheduled, 1, 1)
+    );
+    assert_eq!(view(&fresh, "bad", T0 + 1).await, before);
+    assert_eq!(before.state, ReceiptState::Leased);
+    // Its lease still holds: a release by the same claim is taken.
+    store(&fresh)
+        .release_lease(&bad.claim, T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(state(&fresh, "bad", T0 + 2).await, ReceiptState::Pending);
+}
+
 async fn a_rails_retry_after_lengthens_the_wait_up_to_the_cap(fresh: Fresh) {
     let ids = ["one", "short", "long", "huge", "last"];
     enqueue_new(&fresh, &ids.map(receipt), T0).await;
@@ -334,5 +401,6 @@ crate::on_every_backend!(
     only_rpc_and_backend_are_ever_retried,
     the_policy_decides_retries_and_waits,
     a_batch_of_outcomes_is_judged_item_by_item,
+    a_write_the_database_refuses_fails_that_item_alone,
     a_rails_retry_after_lengthens_the_wait_up_to_the_cap,
 );

@@ -5,13 +5,12 @@
 //! claim compare-and-swap, and a miss is explained from the row as it stands.
 
 use sqlx::Acquire;
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, PgPool};
 
 use super::super::rows::to_i64;
-use super::super::rules::{self, Cas, Change, NewHistory, Plan, cas_sql};
-use super::{Tx, announce, begin, finish, in_id_order, row};
+use super::super::rules::{self, Cas, Plan, cas_sql};
+use super::guarded::{self, Guard, NewValues, Write};
+use super::{Tx, begin, finish, in_id_order, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;
 use crate::store::rows::ReceiptRow;
@@ -23,43 +22,6 @@ macro_rules! cas_where {
     };
 }
 
-/// A guarded update that appends its history entry (`$9..$18`) only when
-/// the guard matched, so the statement affects one row or none.
-macro_rules! guarded {
-    ($set:literal) => {
-        concat!(
-            "WITH changed AS (UPDATE receipts SET ",
-            $set,
-            " WHERE ",
-            cas_where!(),
-            " RETURNING receipt_id) INSERT INTO receipt_history (receipt_id, attempt, outcome, \
-             code, detail_sha256, transcript_id, reason, worker_id, observed_at_ms, route, \
-             retry_after_ms) \
-             SELECT receipt_id, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18 FROM changed"
-        )
-    };
-}
-
-const SETTLE: &str = guarded!(
-    "status = 'settled', transcript_id = $19, next_visible_at_ms = NULL, lease_owner = NULL, \
-     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
-);
-const SKIP: &str = guarded!(
-    "status = 'skipped', skip_reason = $19, next_visible_at_ms = NULL, lease_owner = NULL, \
-     lease_token = NULL, lease_until_ms = NULL, finished_at_ms = $8"
-);
-const RETRY: &str = guarded!(
-    "attempts = $19, next_visible_at_ms = $20, failure_code = $21, failure_sha256 = $22, \
-     lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL"
-);
-const DEAD_LETTER: &str = guarded!(
-    "status = 'dead_lettered', attempts = $19, failure_code = $20, failure_sha256 = $21, \
-     next_visible_at_ms = NULL, lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-     finished_at_ms = $8"
-);
-const RELEASE: &str = guarded!(
-    "lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, next_visible_at_ms = $8"
-);
 const EXTEND: &str = concat!(
     "UPDATE receipts SET lease_until_ms = $9 WHERE ",
     cas_where!(),
@@ -72,61 +34,17 @@ fn miss(explained: StoreResult<Route>) -> StoreError {
     explained.err().unwrap_or_else(rules::mismatch)
 }
 
-fn guarded(
-    sql: &'static str,
-    cas: &Cas<'_>,
-    now: i64,
-    h: &NewHistory,
-) -> Query<'static, Postgres, PgArguments> {
-    sqlx::query(sql)
-        .bind(cas.receipt_id.to_owned())
-        .bind(cas.finalized_at)
-        .bind(cas.attempts)
-        .bind(cas.row_version)
-        .bind(cas.lease_owner.to_owned())
-        .bind(cas.lease_token.to_owned())
-        .bind(cas.lease_until_ms)
-        .bind(now)
-        .bind(h.attempt)
-        .bind(h.outcome)
-        .bind(h.code)
-        .bind(h.detail_sha256.clone())
-        .bind(h.transcript_id.clone())
-        .bind(h.reason)
-        .bind(h.worker_id.clone())
-        .bind(h.observed_at_ms)
-        .bind(h.route)
-        .bind(h.retry_after_ms)
-}
-
-/// Apply a planned change and its history entry; `true` when the guard matched.
+/// Apply a planned change and its history entry with the statement of the
+/// set-based path (one writer of what an outcome writes); `true` when the
+/// guard matched. A retry made due is announced by the statement.
 async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResult<bool> {
-    let (h, now) = (&plan.history, plan.observed_at_ms);
-    let query = match &plan.change {
-        Change::Settle { transcript_id } => {
-            guarded(SETTLE, cas, now, h).bind(transcript_id.clone())
-        }
-        Change::Skip { reason } => guarded(SKIP, cas, now, h).bind(*reason),
-        Change::Retry {
-            attempts,
-            next_visible_at_ms,
-            code,
-            sha256,
-        } => guarded(RETRY, cas, now, h)
-            .bind(*attempts)
-            .bind(*next_visible_at_ms)
-            .bind(*code)
-            .bind(sha256.clone()),
-        Change::DeadLetter {
-            attempts,
-            code,
-            sha256,
-        } => guarded(DEAD_LETTER, cas, now, h)
-            .bind(*attempts)
-            .bind(*code)
-            .bind(sha256.clone()),
+    let write = Write {
+        guard: Guard::of(cas, plan.observed_at_ms),
+        values: NewValues::of_plan(plan),
+        history: plan.history.clone(),
+        wakes: matches!(plan.route, Route::RetryScheduled { .. }),
     };
-    Ok(query.execute(conn).await?.rows_affected() == 1)
+    guarded::write_one(conn, write).await
 }
 
 /// One outcome. Any database error aborts a PostgreSQL transaction, so in
@@ -204,11 +122,7 @@ async fn record_all(
             Ok(Some(result)) => results[i] = Some(result),
         }
     }
-    let results: Vec<_> = results.into_iter().flatten().collect();
-    if results.iter().any(retried) {
-        announce(tx).await?;
-    }
-    Ok(Some(results))
+    Ok(Some(results.into_iter().flatten().collect()))
 }
 
 pub(super) fn retried(result: &StoreResult<Route>) -> bool {
@@ -240,18 +154,18 @@ async fn extend(tx: &mut Tx, claim: &Claim, now_ms: u64, until: i64) -> StoreRes
 }
 
 async fn release(tx: &mut Tx, claim: &Claim, now_ms: u64) -> StoreResult<()> {
-    let cas = Cas::of(claim);
     let now = to_i64(now_ms, "now_ms")?;
-    let released = guarded(RELEASE, &cas, now, &rules::release_entry(claim, now))
-        .execute(&mut **tx)
-        .await?
-        .rows_affected()
-        == 1;
-    if !released {
+    let write = Write {
+        guard: Guard::of(&Cas::of(claim), now),
+        values: NewValues::release(now),
+        history: rules::release_entry(claim, now),
+        wakes: true,
+    };
+    if !guarded::write_one(tx, write).await? {
         let row = row(tx, claim.receipt_id.as_str()).await?;
         return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
     }
-    Ok(announce(tx).await?)
+    Ok(())
 }
 
 /// Record one caller's outcomes in a transaction of their own: without

@@ -14,6 +14,7 @@ use crate::domain::{
 };
 use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, turn_after};
 use crate::store::rows::ReceiptRow;
+use crate::store::rules::{claimable_sql, lapsed_sql, unleased_sql};
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
 /// The priorities in use among the claimable rows holding no lease of each
@@ -24,15 +25,19 @@ use crate::store::{ReceiptClaim, StoreResult, rules};
 /// that index (migrations/postgres/0014_unleased_due.sql).
 macro_rules! group_levels {
     () => {
-        "WITH RECURSIVE q AS (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
-           AS q (name, quota, n)), \
-         levels (n, name, quota, p) AS (SELECT n, name, quota, (SELECT priority FROM receipts \
-           WHERE receipt_group = q.name AND status = 'active' AND held_at_ms IS NULL \
-           AND lease_token IS NULL ORDER BY priority DESC LIMIT 1) FROM q \
-           UNION ALL SELECT n, name, quota, (SELECT priority FROM receipts \
-           WHERE receipt_group = l.name AND status = 'active' AND held_at_ms IS NULL \
-           AND lease_token IS NULL AND priority < l.p ORDER BY priority DESC LIMIT 1) \
-           FROM levels AS l WHERE l.p IS NOT NULL), "
+        concat!(
+            "WITH RECURSIVE q AS (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
+               AS q (name, quota, n)), \
+             levels (n, name, quota, p) AS (SELECT n, name, quota, (SELECT priority FROM receipts \
+               WHERE receipt_group = q.name AND ",
+            unleased_sql!(),
+            " ORDER BY priority DESC LIMIT 1) FROM q \
+               UNION ALL SELECT n, name, quota, (SELECT priority FROM receipts \
+               WHERE receipt_group = l.name AND ",
+            unleased_sql!(),
+            " AND priority < l.p ORDER BY priority DESC LIMIT 1) \
+               FROM levels AS l WHERE l.p IS NOT NULL), "
+        )
     };
 }
 
@@ -40,9 +45,11 @@ macro_rules! group_levels {
 /// claim order.
 macro_rules! level_due {
     () => {
-        "FROM receipts WHERE receipt_group = l.name AND priority = l.p AND status = 'active' \
-         AND held_at_ms IS NULL AND lease_token IS NULL AND next_visible_at_ms <= $1 \
-         ORDER BY next_visible_at_ms, receipt_id LIMIT l.quota"
+        concat!(
+            "FROM receipts WHERE receipt_group = l.name AND priority = l.p AND ",
+            unleased_sql!(),
+            " AND next_visible_at_ms <= $1 ORDER BY next_visible_at_ms, receipt_id LIMIT l.quota"
+        )
     };
 }
 
@@ -50,9 +57,12 @@ macro_rules! level_due {
 /// order: a range of `receipts_leases`, as long as the expired leases.
 macro_rules! expired_due {
     () => {
-        "FROM receipts WHERE lease_until_ms <= $1 AND receipt_group = q.name \
-         AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= $1 \
-         ORDER BY priority DESC, next_visible_at_ms, receipt_id LIMIT q.quota"
+        concat!(
+            "FROM receipts WHERE ",
+            lapsed_sql!("$1"),
+            " AND receipt_group = q.name AND next_visible_at_ms <= $1 \
+             ORDER BY priority DESC, next_visible_at_ms, receipt_id LIMIT q.quota"
+        )
     };
 }
 
@@ -156,9 +166,9 @@ async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<V
 /// Lease one row read (and locked) in the same transaction.
 const LEASE: &str = concat!(
     "UPDATE receipts SET row_version = $3, lease_owner = $4, lease_token = $5, lease_until_ms = $6 \
-     WHERE receipt_id = $1 AND row_version = $2 AND status = 'active' AND held_at_ms IS NULL \
-     AND next_visible_at_ms <= $7 \
-     AND (lease_until_ms IS NULL OR lease_until_ms <= $7) RETURNING ",
+     WHERE receipt_id = $1 AND row_version = $2 AND ",
+    claimable_sql!("$7"),
+    " RETURNING ",
     pg_receipt_columns!()
 );
 
@@ -182,31 +192,28 @@ async fn claim_one(
     let Some(row) = row_for_update(tx, receipt_id.as_str()).await? else {
         return Ok(ReceiptClaim::NoActiveWork);
     };
-    Ok(match row.status.as_str() {
-        "active" if row.lease_live(now) => ReceiptClaim::Leased,
-        "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
-        "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
-        "active" => {
-            if let Err(paused) = admit_one(tx, &row.receipt_group, now).await? {
-                return Ok(ReceiptClaim::GroupLimited { paused });
-            }
-            let version = rules::next_row_version(row.row_version)?;
-            let leased: Option<ReceiptRow> = sqlx::query_as(LEASE)
-                .bind(&row.receipt_id)
-                .bind(row.row_version)
-                .bind(version)
-                .bind(worker_id.as_str())
-                .bind(rules::new_lease_token(now)?)
-                .bind(until)
-                .bind(now)
-                .fetch_optional(&mut **tx)
-                .await?;
-            let leased = leased.ok_or_else(rules::changed_while_claimed)?;
-            // A due row that still holds a lease holds an expired one.
-            ReceiptClaim::Claimed(Box::new(leased.claimed(row.lease_until_ms)?))
-        }
-        _ => ReceiptClaim::NoActiveWork,
-    })
+    if let Some(refused) = row.unclaimable(now) {
+        return Ok(refused);
+    }
+    if let Err(paused) = admit_one(tx, &row.receipt_group, now).await? {
+        return Ok(ReceiptClaim::GroupLimited { paused });
+    }
+    let version = rules::next_row_version(row.row_version)?;
+    let leased: Option<ReceiptRow> = sqlx::query_as(LEASE)
+        .bind(&row.receipt_id)
+        .bind(row.row_version)
+        .bind(version)
+        .bind(worker_id.as_str())
+        .bind(rules::new_lease_token(now)?)
+        .bind(until)
+        .bind(now)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let leased = leased.ok_or_else(rules::changed_while_claimed)?;
+    // A due row that still holds a lease holds an expired one.
+    Ok(ReceiptClaim::Claimed(Box::new(
+        leased.claimed(row.lease_until_ms)?,
+    )))
 }
 
 /// A fair claim leased to `slots` (owner and deadline per claim position,

@@ -7,7 +7,7 @@
 use sqlx::PgConnection;
 
 use super::super::rows::ReceiptRow;
-use super::super::rules::{Cas, Change, NewHistory, Plan, cas_sql};
+use super::super::rules::{Cas, Change, NewHistory, Plan, cas_sql, history_insert};
 use super::CHANNEL;
 use crate::domain::StoreError;
 use crate::store::StoreResult;
@@ -40,9 +40,12 @@ impl Guard {
     }
 }
 
-/// The new values of a row that an outcome or release writes. `None` in
-/// `attempts`, the failure, the transcript or the reason keeps the stored
-/// value; `next_visible_at_ms` and `finished_at_ms` are written as they are.
+/// The new values of a row that an outcome or release writes: the one
+/// description of that write on PostgreSQL (the set-based round and the
+/// careful fallback run the same statement). `None` in `attempts` or the
+/// failure keeps the stored value (a retry's failure stays on the row once
+/// it settles); the rest is written as it is (an active row holds no
+/// transcript or reason), as on SQLite.
 #[derive(Debug, Clone)]
 pub(super) struct NewValues {
     pub status: &'static str,
@@ -168,8 +171,7 @@ WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8
 changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_attempts, attempts), \
   next_visible_at_ms = b_next_visible, failure_code = COALESCE(b_code, failure_code), \
   failure_sha256 = COALESCE(b_sha, failure_sha256), \
-  transcript_id = COALESCE(b_transcript, transcript_id), \
-  skip_reason = COALESCE(b_skip, skip_reason), finished_at_ms = b_finished, \
+  transcript_id = b_transcript, skip_reason = b_skip, finished_at_ms = b_finished, \
   lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL \
   FROM batch WHERE ",
     batch_cas!(),
@@ -193,13 +195,19 @@ spilled AS (INSERT INTO receipt_counts (fresh, retried, settled, skipped, dead_l
   SELECT d_fresh, d_retried, d_settled, d_skipped, d_dead FROM moved \
   WHERE (d_fresh, d_retried, d_settled, d_skipped, d_dead) <> (0, 0, 0, 0, 0) \
   AND NOT EXISTS (SELECT 1 FROM counted)), \
-logged AS (INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-  transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
-  SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \
-  h_observed, h_route, h_retry_after FROM changed JOIN batch USING (b_item) ORDER BY b_item), \
+logged AS (",
+    history_insert!(),
+    "SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \
+  h_observed, h_route, h_retry_after, NULL, NULL FROM changed JOIN batch USING (b_item) \
+  ORDER BY b_item), \
 announced AS (SELECT pg_notify($27, '') FROM (SELECT 1 FROM changed WHERE b_wakes LIMIT 1) AS woken) \
 SELECT b_item FROM changed UNION ALL SELECT 0 FROM announced"
 );
+
+/// Apply one write with the statement of a round; whether its guard matched.
+pub(super) async fn write_one(conn: &mut PgConnection, write: Write) -> StoreResult<bool> {
+    Ok(write_round(conn, &[write]).await?.first() == Some(&true))
+}
 
 /// Apply a round of writes (distinct receipts, in id order) in one
 /// statement; which of them matched their guard, by position.

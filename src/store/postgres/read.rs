@@ -4,6 +4,7 @@
 use super::super::rows::to_i64;
 use super::{PostgresStore, history, row};
 use crate::store::rows::ReceiptRow;
+use crate::store::rules::{lapsed_sql, unleased_sql};
 use crate::store::{
     DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult, status,
 };
@@ -89,15 +90,14 @@ impl PostgresStore {
         .await?;
         // Due rows either hold no lease or an expired one. `attempts >= 0`
         // names `receipts_waiting` (migrations/postgres/0014_unleased_due.sql).
-        let oldest: Option<i64> = sqlx::query_scalar(
-            "SELECT LEAST( \
-               (SELECT MIN(next_visible_at_ms) FROM receipts \
-                 WHERE status = 'active' AND lease_token IS NULL AND held_at_ms IS NULL \
-                 AND attempts >= 0 AND next_visible_at_ms <= $1), \
-               (SELECT MIN(next_visible_at_ms) FROM receipts \
-                 WHERE lease_until_ms <= $1 \
-                 AND next_visible_at_ms <= $1 AND held_at_ms IS NULL))",
-        )
+        let oldest: Option<i64> = sqlx::query_scalar(concat!(
+            "SELECT LEAST((SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
+            unleased_sql!(),
+            " AND attempts >= 0 AND next_visible_at_ms <= $1), \
+                 (SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
+            lapsed_sql!("$1"),
+            " AND next_visible_at_ms <= $1))"
+        ))
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;

@@ -7,7 +7,7 @@ use sqlx::PgConnection;
 
 use super::super::actions::{self, Binds};
 use super::super::rows::to_i64;
-use super::super::rules::NewHistory;
+use super::super::rules::{NewHistory, history_insert};
 use super::{CHANNEL, PostgresStore, Tx, announce, finish};
 use crate::domain::{ReceiptId, StoreError};
 use crate::store::rows::ReceiptRow;
@@ -208,15 +208,15 @@ async fn append_history(
         };
     }
     let ids: Vec<&str> = entries.iter().map(|(id, _)| *id).collect();
-    sqlx::query(
-        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route, actor, note) \
-         SELECT id, attempt, outcome, code, sha, transcript, reason, worker, observed, route, \
-           actor, note FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-           $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], $11::text[], $12::text[]) \
-         WITH ORDINALITY AS h (id, attempt, outcome, code, sha, transcript, reason, worker, \
-           observed, route, actor, note, n) ORDER BY n",
-    )
+    sqlx::query(concat!(
+        history_insert!(),
+        "SELECT id, attempt, outcome, code, sha, transcript, reason, worker, observed, route, \
+               retry_after, actor, note FROM unnest($1::text[], $2::int8[], $3::text[], \
+               $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], \
+               $10::text[], $13::int8[], $11::text[], $12::text[]) \
+             WITH ORDINALITY AS h (id, attempt, outcome, code, sha, transcript, reason, worker, \
+               observed, route, retry_after, actor, note, n) ORDER BY n"
+    ))
     .bind(ids)
     .bind(column!(attempt))
     .bind(column!(outcome))
@@ -229,6 +229,7 @@ async fn append_history(
     .bind(column!(route))
     .bind(column!(actor))
     .bind(column!(note))
+    .bind(column!(retry_after_ms))
     .execute(conn)
     .await?;
     Ok(())

@@ -14,6 +14,7 @@ use crate::store::fair::{
     DueClaims, FairClaim, GroupRow, Turn, claim_order, in_turn, limits, turn_after,
 };
 use crate::store::rows::{ReceiptRow, receipt_columns};
+use crate::store::rules::{claimable_sql, lapsed_sql, unleased_sql};
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
@@ -114,15 +115,18 @@ pub fn live_leased(
 /// that index (migrations/sqlite/0014_unleased_due.sql).
 macro_rules! group_levels {
     () => {
-        "WITH RECURSIVE levels (key, name, p) AS (SELECT q.key, q.value, \
-           (SELECT priority FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
-           AND status = 'active' AND held_at_ms IS NULL AND lease_token IS NULL \
-           ORDER BY priority DESC LIMIT 1) \
-           FROM json_each(?1) AS q \
-           UNION ALL SELECT l.key, l.name, (SELECT priority FROM receipts INDEXED BY receipts_due \
-           WHERE receipt_group = l.name AND status = 'active' AND held_at_ms IS NULL \
-           AND lease_token IS NULL AND priority < l.p ORDER BY priority DESC LIMIT 1) \
-           FROM levels AS l WHERE l.p IS NOT NULL) "
+        concat!(
+            "WITH RECURSIVE levels (key, name, p) AS (SELECT q.key, q.value, \
+               (SELECT priority FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
+               AND ",
+            unleased_sql!(),
+            " ORDER BY priority DESC LIMIT 1) FROM json_each(?1) AS q \
+               UNION ALL SELECT l.key, l.name, (SELECT priority FROM receipts \
+               INDEXED BY receipts_due WHERE receipt_group = l.name AND ",
+            unleased_sql!(),
+            " AND priority < l.p ORDER BY priority DESC LIMIT 1) \
+               FROM levels AS l WHERE l.p IS NOT NULL) "
+        )
     };
 }
 
@@ -135,15 +139,16 @@ macro_rules! level_due {
             $($columns)+,
             " FROM levels AS l, receipts AS r WHERE l.p IS NOT NULL AND r.receipt_id IN \
              (SELECT receipt_id FROM receipts INDEXED BY receipts_due WHERE receipt_group = l.name \
-               AND priority = l.p AND status = 'active' AND held_at_ms IS NULL \
-               AND lease_token IS NULL AND next_visible_at_ms <= ?2 \
+               AND priority = l.p AND ",
+            unleased_sql!(),
+            " AND next_visible_at_ms <= ?2 \
                ORDER BY next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER)) \
              UNION ALL ",
             $($columns)+,
             " FROM json_each(?1) AS l, receipts AS r WHERE r.receipt_id IN \
-             (SELECT receipt_id FROM receipts INDEXED BY receipts_leases \
-               WHERE lease_until_ms <= ?2 AND receipt_group = l.value AND status = 'active' \
-               AND held_at_ms IS NULL AND next_visible_at_ms <= ?2 \
+             (SELECT receipt_id FROM receipts INDEXED BY receipts_leases WHERE ",
+            lapsed_sql!("?2"),
+            " AND receipt_group = l.value AND next_visible_at_ms <= ?2 \
                ORDER BY priority DESC, next_visible_at_ms, receipt_id LIMIT CAST(?3 AS INTEGER))"
         )
     };
@@ -335,12 +340,11 @@ pub(super) fn lease(
     let version = rules::next_row_version(row.row_version)?;
     let token = rules::new_lease_token(now)?;
     let changed = conn
-        .prepare_cached(
+        .prepare_cached(concat!(
             "UPDATE receipts SET row_version = ?3, lease_owner = ?4, lease_token = ?5, \
-             lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 \
-             AND status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ?7 \
-             AND (lease_until_ms IS NULL OR lease_until_ms <= ?7)",
-        )?
+             lease_until_ms = ?6 WHERE receipt_id = ?1 AND row_version = ?2 AND ",
+            claimable_sql!("?7")
+        ))?
         .execute(rusqlite::params![
             row.receipt_id,
             row.row_version,
@@ -427,18 +431,15 @@ pub fn claim_receipt(
     let Some(row) = row(conn, receipt_id.as_str())? else {
         return Ok(ReceiptClaim::NoActiveWork);
     };
-    Ok(match row.status.as_str() {
-        "active" if row.lease_live(now) => ReceiptClaim::Leased,
-        "active" if row.held_at_ms.is_some() => ReceiptClaim::Held,
-        "active" if row.next_visible_at_ms.is_some_and(|v| v > now) => ReceiptClaim::NotYetVisible,
-        "active" => {
-            if let Err(paused) = admit_one(conn, &row.receipt_group, now)? {
-                return Ok(ReceiptClaim::GroupLimited { paused });
-            }
-            ReceiptClaim::Claimed(Box::new(lease(conn, row, worker_id, now, until)?))
-        }
-        _ => ReceiptClaim::NoActiveWork,
-    })
+    if let Some(refused) = row.unclaimable(now) {
+        return Ok(refused);
+    }
+    if let Err(paused) = admit_one(conn, &row.receipt_group, now)? {
+        return Ok(ReceiptClaim::GroupLimited { paused });
+    }
+    Ok(ReceiptClaim::Claimed(Box::new(lease(
+        conn, row, worker_id, now, until,
+    )?)))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::super::rows::ReceiptRow;
-use super::super::rules::NewHistory;
+use super::super::rules::{NewHistory, history_insert};
 use crate::domain::StoreError;
 use crate::store::StoreResult;
 use crate::store::rows::receipt_columns;
@@ -68,7 +68,7 @@ pub fn rows_by_id<'a>(
     Ok(found)
 }
 
-/// A history entry's columns, in the order of the `INSERT`s below.
+/// A history entry's columns, in the order of `history_insert!`.
 type HistoryValues<'a> = (
     &'a str,
     i64,
@@ -81,6 +81,8 @@ type HistoryValues<'a> = (
     i64,
     Option<&'static str>,
     Option<i64>,
+    &'a Option<String>,
+    &'a Option<String>,
 );
 
 fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
@@ -96,27 +98,23 @@ fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
         h.observed_at_ms,
         h.route,
         h.retry_after_ms,
+        &h.actor,
+        &h.note,
     )
 }
 
-/// Append history entries, in order, with one statement.
+/// Append history entries (a worker's or an operator's), in order, with one
+/// statement.
 pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> StoreResult<()> {
     if entries.is_empty() {
         return Ok(());
     }
-    // Workers' entries only: an operator's goes through `append_operator_entry`.
-    debug_assert!(
-        entries
-            .iter()
-            .all(|(_, h)| h.actor.is_none() && h.note.is_none())
-    );
     if let [(id, h)] = entries {
         // One entry: plain values, without reading a JSON batch.
-        conn.prepare_cached(
-            "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-             transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )?
+        conn.prepare_cached(concat!(
+            history_insert!(),
+            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+        ))?
         .execute(history_values(id, h))?;
         return Ok(());
     }
@@ -125,35 +123,16 @@ pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> Sto
         .iter()
         .map(|(id, h)| history_values(id, h))
         .collect();
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-         value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10 \
-         FROM jsonb_each(?1) ORDER BY key",
-    )?;
+    let mut stmt = conn.prepare_cached(concat!(
+        history_insert!(),
+        "SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
+         value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
+         value ->> 12 FROM jsonb_each(?1) ORDER BY key"
+    ))?;
     let inserted = stmt.execute([json(&rows)?])?;
     if inserted != entries.len() {
         return Err(StoreError::backend("history entries were not all written"));
     }
-    Ok(())
-}
-
-/// Append one operator's entry, with its actor and note.
-pub fn append_operator_entry(
-    conn: &Connection,
-    receipt_id: &str,
-    h: &NewHistory,
-) -> StoreResult<()> {
-    let v = history_values(receipt_id, h);
-    conn.prepare_cached(
-        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route, actor, note) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-    )?
-    .execute(rusqlite::params![
-        v.0, v.1, v.2, v.3, v.4, v.5, v.6, v.7, v.8, v.9, h.actor, h.note
-    ])?;
     Ok(())
 }
 

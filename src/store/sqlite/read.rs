@@ -5,6 +5,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::super::rows::{HistoryRow, ReceiptRow, to_i64};
 use super::super::status;
 use crate::store::rows::{history_columns, receipt_columns};
+use crate::store::rules::{lapsed_sql, unleased_sql};
 use crate::store::{
     DeadLetter, DeadLetterCursor, ReceiptState, ReceiptView, StatusView, StoreResult,
 };
@@ -101,15 +102,14 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
         .fetch_one(&mut *tx)
         .await?;
     // Due rows either hold no lease or an expired one.
-    let oldest: Option<i64> = sqlx::query_scalar(
-        "SELECT MIN(t) FROM ( \
-           SELECT MIN(next_visible_at_ms) AS t FROM receipts \
-            WHERE status = 'active' AND lease_token IS NULL AND held_at_ms IS NULL \
-            AND next_visible_at_ms <= ?1 \
-           UNION ALL \
-           SELECT MIN(next_visible_at_ms) FROM receipts \
-            WHERE lease_until_ms <= ?1 AND next_visible_at_ms <= ?1 AND held_at_ms IS NULL)",
-    )
+    let oldest: Option<i64> = sqlx::query_scalar(concat!(
+        "SELECT MIN(t) FROM (SELECT MIN(next_visible_at_ms) AS t FROM receipts WHERE ",
+        unleased_sql!(),
+        " AND next_visible_at_ms <= ?1 \
+             UNION ALL SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
+        lapsed_sql!("?1"),
+        " AND next_visible_at_ms <= ?1)"
+    ))
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;

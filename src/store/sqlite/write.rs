@@ -14,7 +14,7 @@ use rusqlite::Connection;
 use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
 use super::super::rules::{self, Cas, Change, NewHistory, Plan, cas_sql};
-use super::lookup::{append_history, append_operator_entry, json, receipt_row, row, rows_by_id};
+use super::lookup::{append_history, json, receipt_row, row, rows_by_id};
 use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError};
 use crate::store::rows::receipt_columns;
 use crate::store::{Acted, ActionResult, OperatorAction, StoreResult};
@@ -446,7 +446,7 @@ pub fn act(
             if changed != 1 {
                 return Err(StoreError::backend("operator action changed no row"));
             }
-            append_operator_entry(conn, id, &actions::entry(action, found, actor, now))?;
+            append_history(conn, &[(id, &actions::entry(action, found, actor, now))])?;
         }
         results.push(result);
     }
