@@ -22,8 +22,12 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(hold))
         .routes(routes!(unhold))
         .routes(routes!(cancel))
-        .merge(super::bulk::routes())
 }
+
+/// A redrive's body: nothing is needed. Send `{}` or no body at all (it is
+/// ignored), but always with `Content-Type: application/json`.
+#[derive(Debug, ToSchema)]
+pub struct RedriveIn {}
 
 /// The name recorded in history for the caller, if its token has one.
 pub(super) fn actor(caller: Option<&Extension<Caller>>) -> Option<&str> {
@@ -76,8 +80,9 @@ pub(super) fn refusal(refused: ActionRefusal) -> ApiError {
     }
 }
 
-/// Act on one receipt and answer its view.
-async fn act_on_one(
+/// Act on one receipt and answer its view: every single-receipt action of
+/// the API, redrive included.
+pub(super) async fn act_on_one(
     app: &AppState,
     action: OperatorAction,
     id: &str,
@@ -95,7 +100,13 @@ async fn act_on_one(
         .next()
         .ok_or_else(|| ApiError::unavailable("operator action gave no result"))?;
     app.metrics.acted(action.name(), &result);
-    result.map_err(refusal)?;
+    result.map_err(|refused| match (&action, refused) {
+        // An unknown id is no dead letter either: a redrive has one 404.
+        (OperatorAction::Redrive, ActionRefusal::NotFound) => {
+            refusal(ActionRefusal::NotDeadLettered)
+        }
+        (_, refused) => refusal(refused),
+    })?;
     let view = app.store.receipt(&id, now).await?;
     view.map(Json)
         .ok_or_else(|| ApiError::unavailable("acted-on receipt not readable"))
@@ -142,7 +153,7 @@ async fn hold(
 /// and answers 200.
 #[utoipa::path(post, path = "/v1/receipts/{receipt_id}/unhold", security(("bearer" = ["operator"])), operation_id = "v1.receipts.unhold", tag = "operator actions",
     params(("receipt_id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
-    request_body(content = Option<super::dead_letters::RedriveIn>, description = "Ignored: send `{}` or nothing"),
+    request_body(content = Option<RedriveIn>, description = "Ignored: send `{}` or nothing"),
     responses(
         (status = 200, description = "The receipt, not held", body = ReceiptView),
         (status = 404, description = "No such receipt", body = Problem, content_type = "application/problem+json"),

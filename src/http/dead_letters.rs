@@ -7,11 +7,12 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::actions::{RedriveIn, act_on_one};
 use super::auth::Caller;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiPath, ApiQuery};
 use super::wire;
-use crate::store::{Acted, DeadLetter, DeadLetterCursor, OperatorAction, ReceiptView};
+use crate::store::{DeadLetter, DeadLetterCursor, OperatorAction, ReceiptView};
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 100;
@@ -121,11 +122,6 @@ async fn get_one(
     })
 }
 
-/// A redrive's body: nothing is needed. Send `{}` or no body at all (it is
-/// ignored), but always with `Content-Type: application/json`.
-#[derive(Debug, ToSchema)]
-pub struct RedriveIn {}
-
 /// Put a dead letter back to work: pending, attempts 0, history kept.
 ///
 /// Needs no body, but must be sent with `Content-Type: application/json`
@@ -146,23 +142,7 @@ async fn redrive(
     caller: Option<Extension<Caller>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReceiptView>, ApiError> {
-    let id = wire::parse_receipt_id(&id)?;
-    let now = app.now();
-    let actor = caller.as_ref().and_then(|c| c.name.as_deref());
-    let action = OperatorAction::Redrive;
-    let ids = std::slice::from_ref(&id);
-    let result = app.store.act(&action, ids, actor, now, false).await?;
-    let result = result.into_iter().next().unwrap_or(Ok(Acted::Unchanged));
-    app.metrics.acted(action.name(), &result);
-    if result != Ok(Acted::Done) {
-        return Err(ApiError::not_found(
-            ProblemCode::DeadLetterNotFound,
-            "this receipt is not dead-lettered",
-        ));
-    }
-    let view = app.store.receipt(&id, now).await?;
-    view.map(Json)
-        .ok_or_else(|| ApiError::unavailable("redriven receipt not readable"))
+    act_on_one(&app, OperatorAction::Redrive, &id, caller.as_ref()).await
 }
 
 #[cfg(test)]

@@ -242,6 +242,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(outcomes::routes())
         .merge(dead_letters::routes())
         .merge(actions::routes())
+        .merge(bulk::routes())
         .merge(ops::routes())
         .merge(history_feed::routes())
         .merge(stats::routes())
