@@ -2,6 +2,7 @@
 //! receipts"): what each may change, decided from the stored row alone, so
 //! that both backends judge every receipt the same way.
 
+use super::Status;
 use super::rows::ReceiptRow;
 use super::rules::NewHistory;
 
@@ -81,9 +82,9 @@ pub fn judge(action: &OperatorAction, row: Option<&ReceiptRow>, now: i64) -> Act
     let Some(row) = row else {
         return Err(ActionRefusal::NotFound);
     };
-    let active = row.status == "active";
+    let active = row.status == Status::Active;
     match action {
-        OperatorAction::Redrive if row.status == "dead_lettered" => Ok(Acted::Done),
+        OperatorAction::Redrive if row.status == Status::DeadLettered => Ok(Acted::Done),
         OperatorAction::Redrive => Err(ActionRefusal::NotDeadLettered),
         OperatorAction::Hold { .. } | OperatorAction::Unhold if !active => {
             Err(ActionRefusal::NotActive)
@@ -94,7 +95,9 @@ pub fn judge(action: &OperatorAction, row: Option<&ReceiptRow>, now: i64) -> Act
         OperatorAction::Cancel { .. } if active && row.lease_live(now) => {
             Err(ActionRefusal::Leased)
         }
-        OperatorAction::Cancel { .. } if active || row.status == "dead_lettered" => Ok(Acted::Done),
+        OperatorAction::Cancel { .. } if active || row.status == Status::DeadLettered => {
+            Ok(Acted::Done)
+        }
         OperatorAction::Cancel { .. } => Err(ActionRefusal::Finished),
     }
 }
@@ -173,7 +176,7 @@ pub fn update_many_sql(action: &OperatorAction) -> String {
 pub fn apply(action: &OperatorAction, row: &mut ReceiptRow, now: i64) {
     match action {
         OperatorAction::Redrive => {
-            row.status = "active".to_owned();
+            row.status = Status::Active;
             row.attempts = 0;
             row.next_visible_at_ms = Some(now);
             row.finished_at_ms = None;
@@ -182,7 +185,7 @@ pub fn apply(action: &OperatorAction, row: &mut ReceiptRow, now: i64) {
         OperatorAction::Hold { .. } => row.held_at_ms = Some(now),
         OperatorAction::Unhold => row.held_at_ms = None,
         OperatorAction::Cancel { reason } => {
-            row.status = "canceled".to_owned();
+            row.status = Status::Canceled;
             row.cancel_reason = Some(reason.clone());
             row.next_visible_at_ms = None;
             row.lease_owner = None;
@@ -225,7 +228,7 @@ mod tests {
             receipt_id: "r".into(),
             finalized_at: 1,
             observation: None,
-            status: status.into(),
+            status: Status::try_from(status.to_owned()).unwrap(),
             attempts: 2,
             row_version: 1,
             next_visible_at_ms: (status == "active").then_some(5),

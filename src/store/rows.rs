@@ -5,7 +5,7 @@ use sqlx::FromRow;
 
 use super::{
     DeadLetter, FailureView, HistoryEntry, LeaseView, ReceiptClaim, ReceiptState, ReceiptView,
-    StoreResult,
+    Status, StoreResult,
 };
 use crate::domain::{
     Claim, Claimed, GroupName, LeaseToken, Priority, ReceiptId, SettlementFailureCode,
@@ -18,7 +18,8 @@ pub struct ReceiptRow {
     pub receipt_id: String,
     pub finalized_at: i64,
     pub observation: Option<String>,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: Status,
     pub attempts: i64,
     pub row_version: i64,
     pub next_visible_at_ms: Option<i64>,
@@ -131,7 +132,7 @@ impl ReceiptRow {
     /// Why a claim of this receipt by id cannot take it at `now_ms`, or
     /// `None` when it can: the Rust of `claimable_sql!`, for both backends.
     pub fn unclaimable(&self, now_ms: i64) -> Option<ReceiptClaim> {
-        if self.status != "active" {
+        if self.status != Status::Active {
             Some(ReceiptClaim::NoActiveWork)
         } else if self.lease_live(now_ms) {
             Some(ReceiptClaim::Leased)
@@ -146,15 +147,14 @@ impl ReceiptRow {
 
     /// The state reported at `now_ms`.
     pub fn state(&self, now_ms: i64) -> StoreResult<ReceiptState> {
-        Ok(match self.status.as_str() {
-            "active" if self.lease_live(now_ms) => ReceiptState::Leased,
-            "active" if self.attempts == 0 => ReceiptState::Pending,
-            "active" => ReceiptState::RetryScheduled,
-            "settled" => ReceiptState::Settled,
-            "skipped" => ReceiptState::Skipped,
-            "dead_lettered" => ReceiptState::DeadLettered,
-            "canceled" => ReceiptState::Canceled,
-            _ => return Err(corrupt("status")),
+        Ok(match self.status {
+            Status::Active if self.lease_live(now_ms) => ReceiptState::Leased,
+            Status::Active if self.attempts == 0 => ReceiptState::Pending,
+            Status::Active => ReceiptState::RetryScheduled,
+            Status::Settled => ReceiptState::Settled,
+            Status::Skipped => ReceiptState::Skipped,
+            Status::DeadLettered => ReceiptState::DeadLettered,
+            Status::Canceled => ReceiptState::Canceled,
         })
     }
 
@@ -205,7 +205,7 @@ impl ReceiptRow {
     }
 
     pub fn dead_letter(&self) -> StoreResult<Option<DeadLetter>> {
-        if self.status != "dead_lettered" {
+        if self.status != Status::DeadLettered {
             return Ok(None);
         }
         let (Some(c), Some(sha), Some(at)) = (
@@ -262,7 +262,7 @@ impl ReceiptRow {
             dead_letter: self.dead_letter()?,
             held_at_ms: self
                 .held_at_ms
-                .filter(|_| self.status == "active")
+                .filter(|_| self.status == Status::Active)
                 .map(|v| to_u64(v, "held_at_ms"))
                 .transpose()?,
             cancel_reason: self.cancel_reason.clone(),

@@ -4,7 +4,7 @@
 //! back to [`explain_miss`] when the guard matched no row.
 
 use super::rows::{ReceiptRow, to_stored, to_u63, to_u64};
-use super::{Enqueued, NewReceipt, StoreResult};
+use super::{Enqueued, NewReceipt, Status, StoreResult};
 use crate::domain::{
     self, Claim, DEFAULT_GROUP, Decision, LeaseToken, Outcome, RetryPolicy, Route, Standing,
     StoreError, U63,
@@ -170,6 +170,88 @@ pub struct Plan {
     pub lease_live: bool,
 }
 
+/// The new values of a row that an outcome or release writes: the one
+/// description of that write for both backends (each writes it with one
+/// statement, whether for one item or a batch). `None` in `attempts` or the
+/// failure keeps the stored value (a retry's failure stays on the row once
+/// it settles); the rest is written as it is (an active row holds no
+/// transcript or reason). The lease is always cleared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewValues {
+    pub status: Status,
+    pub attempts: Option<i64>,
+    pub next_visible_at_ms: Option<i64>,
+    pub failure_code: Option<&'static str>,
+    pub failure_sha256: Option<String>,
+    pub transcript_id: Option<String>,
+    pub skip_reason: Option<&'static str>,
+    pub finished_at_ms: Option<i64>,
+}
+
+impl NewValues {
+    /// What an outcome's plan writes.
+    pub fn of_plan(plan: &Plan) -> Self {
+        let now = plan.observed_at_ms;
+        let finished = |status| Self {
+            status,
+            attempts: None,
+            next_visible_at_ms: None,
+            failure_code: None,
+            failure_sha256: None,
+            transcript_id: None,
+            skip_reason: None,
+            finished_at_ms: Some(now),
+        };
+        match &plan.change {
+            Change::Settle { transcript_id } => Self {
+                transcript_id: Some(transcript_id.clone()),
+                ..finished(Status::Settled)
+            },
+            Change::Skip { reason } => Self {
+                skip_reason: Some(reason),
+                ..finished(Status::Skipped)
+            },
+            Change::Retry {
+                attempts,
+                next_visible_at_ms,
+                code,
+                sha256,
+            } => Self {
+                attempts: Some(*attempts),
+                next_visible_at_ms: Some(*next_visible_at_ms),
+                failure_code: Some(code),
+                failure_sha256: Some(sha256.clone()),
+                finished_at_ms: None,
+                ..finished(Status::Active)
+            },
+            Change::DeadLetter {
+                attempts,
+                code,
+                sha256,
+            } => Self {
+                attempts: Some(*attempts),
+                failure_code: Some(code),
+                failure_sha256: Some(sha256.clone()),
+                ..finished(Status::DeadLettered)
+            },
+        }
+    }
+
+    /// What a release writes: due again at once, attempts unchanged.
+    pub fn release(now: i64) -> Self {
+        Self {
+            status: Status::Active,
+            attempts: None,
+            next_visible_at_ms: Some(now),
+            failure_code: None,
+            failure_sha256: None,
+            transcript_id: None,
+            skip_reason: None,
+            finished_at_ms: None,
+        }
+    }
+}
+
 fn overflow(what: &str) -> StoreError {
     StoreError::invalid_record(format!("{what} overflows"))
 }
@@ -244,8 +326,8 @@ pub fn plan_outcome(
 impl ReceiptRow {
     /// The row as the refusal rules see it.
     pub fn standing(&self) -> StoreResult<Standing> {
-        Ok(match self.status.as_str() {
-            "dead_lettered" => {
+        Ok(match self.status {
+            Status::DeadLettered => {
                 let letter = self
                     .dead_letter()?
                     .ok_or_else(|| StoreError::invalid_record("dead letter"))?;
@@ -259,13 +341,12 @@ impl ReceiptRow {
                     row_version: to_u63(self.row_version, "row_version")?,
                 }
             }
-            "settled" => Standing::Finished("settled"),
-            "skipped" => Standing::Finished("skipped"),
-            "canceled" => Standing::Finished("canceled"),
-            "active" => Standing::Active {
+            finished @ (Status::Settled | Status::Skipped | Status::Canceled) => {
+                Standing::Finished(finished.as_str())
+            }
+            Status::Active => Standing::Active {
                 lease: self.lease()?,
             },
-            _ => return Err(StoreError::invalid_record("stored status is unknown")),
         })
     }
 }

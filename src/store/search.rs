@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::rows::{ReceiptRow, to_u64};
-use super::{FailureView, LeaseView, ReceiptState, StoreResult};
+use super::{FailureView, LeaseView, ReceiptState, Status, StoreResult};
 use crate::domain::{Priority, SettlementFailureCode, WorkerId};
 
 /// Rows examined per page at most when a filter is checked row by row.
@@ -146,7 +146,7 @@ impl ReceiptFilter {
             Some(StateFilter::DeadLettered) => state == ReceiptState::DeadLettered,
             Some(StateFilter::Canceled) => state == ReceiptState::Canceled,
         };
-        let is_held = row.status == "active" && row.held_at_ms.is_some();
+        let is_held = row.status == Status::Active && row.held_at_ms.is_some();
         let held_ok = self.held.is_none_or(|h| h == is_held);
         let code_ok = self
             .code
@@ -219,10 +219,10 @@ impl ReceiptFilter {
 
     fn state_sources(&self) -> Vec<Source> {
         let finished = [
-            Source::Finished("settled"),
-            Source::Finished("skipped"),
-            Source::Finished("dead_lettered"),
-            Source::Finished("canceled"),
+            Source::Finished(Status::Settled),
+            Source::Finished(Status::Skipped),
+            Source::Finished(Status::DeadLettered),
+            Source::Finished(Status::Canceled),
         ];
         if self.owner.is_some() {
             return match self.state {

@@ -8,8 +8,8 @@ use sqlx::Acquire;
 use sqlx::{PgConnection, PgPool};
 
 use super::super::rows::to_i64;
-use super::super::rules::{self, Cas, Plan, cas_sql};
-use super::guarded::{self, Guard, NewValues, Write};
+use super::super::rules::{self, Cas, NewValues, Plan, cas_sql};
+use super::guarded::{self, Guard, Write};
 use super::{Tx, begin, finish, in_id_order, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;

@@ -7,7 +7,7 @@
 use sqlx::PgConnection;
 
 use super::super::rows::ReceiptRow;
-use super::super::rules::{Cas, Change, NewHistory, Plan, cas_sql, history_insert};
+use super::super::rules::{Cas, NewHistory, NewValues, cas_sql, history_insert};
 use super::CHANNEL;
 use crate::domain::StoreError;
 use crate::store::StoreResult;
@@ -36,88 +36,6 @@ impl Guard {
             lease_token: cas.lease_token.to_owned(),
             lease_until_ms: cas.lease_until_ms,
             now,
-        }
-    }
-}
-
-/// The new values of a row that an outcome or release writes: the one
-/// description of that write on PostgreSQL (the set-based round and the
-/// careful fallback run the same statement). `None` in `attempts` or the
-/// failure keeps the stored value (a retry's failure stays on the row once
-/// it settles); the rest is written as it is (an active row holds no
-/// transcript or reason), as on SQLite.
-#[derive(Debug, Clone)]
-pub(super) struct NewValues {
-    pub status: &'static str,
-    pub attempts: Option<i64>,
-    pub next_visible_at_ms: Option<i64>,
-    pub failure_code: Option<&'static str>,
-    pub failure_sha256: Option<String>,
-    pub transcript_id: Option<String>,
-    pub skip_reason: Option<&'static str>,
-    pub finished_at_ms: Option<i64>,
-}
-
-impl NewValues {
-    /// What an outcome's plan writes.
-    pub fn of_plan(plan: &Plan) -> Self {
-        let now = plan.observed_at_ms;
-        let finished = |status| Self {
-            status,
-            attempts: None,
-            next_visible_at_ms: None,
-            failure_code: None,
-            failure_sha256: None,
-            transcript_id: None,
-            skip_reason: None,
-            finished_at_ms: Some(now),
-        };
-        match &plan.change {
-            Change::Settle { transcript_id } => Self {
-                transcript_id: Some(transcript_id.clone()),
-                ..finished("settled")
-            },
-            Change::Skip { reason } => Self {
-                skip_reason: Some(reason),
-                ..finished("skipped")
-            },
-            Change::Retry {
-                attempts,
-                next_visible_at_ms,
-                code,
-                sha256,
-            } => Self {
-                attempts: Some(*attempts),
-                next_visible_at_ms: Some(*next_visible_at_ms),
-                failure_code: Some(code),
-                failure_sha256: Some(sha256.clone()),
-                finished_at_ms: None,
-                ..finished("active")
-            },
-            Change::DeadLetter {
-                attempts,
-                code,
-                sha256,
-            } => Self {
-                attempts: Some(*attempts),
-                failure_code: Some(code),
-                failure_sha256: Some(sha256.clone()),
-                ..finished("dead_lettered")
-            },
-        }
-    }
-
-    /// What a release writes: due again at once, attempts unchanged.
-    pub fn release(now: i64) -> Self {
-        Self {
-            status: "active",
-            attempts: None,
-            next_visible_at_ms: Some(now),
-            failure_code: None,
-            failure_sha256: None,
-            transcript_id: None,
-            skip_reason: None,
-            finished_at_ms: None,
         }
     }
 }
@@ -232,7 +150,12 @@ pub(super) async fn write_round(
         .bind(column!(guard.lease_token))
         .bind(column!(guard.lease_until_ms))
         .bind(column!(guard.now))
-        .bind(column!(values.status))
+        .bind(
+            writes
+                .iter()
+                .map(|w| w.values.status.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(column!(values.attempts))
         .bind(column!(values.next_visible_at_ms))
         .bind(column!(values.failure_code))

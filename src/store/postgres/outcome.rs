@@ -8,9 +8,9 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::super::rows::to_i64;
-use super::super::rules::{self, Cas};
+use super::super::rules::{self, Cas, NewValues};
 use super::careful;
-use super::guarded::{self, Extension, Guard, NewValues, Write};
+use super::guarded::{self, Extension, Guard, Write};
 use super::{begin, finish, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;

@@ -1,8 +1,8 @@
 //! The statement a search runs on either backend, and the page made from
 //! the rows it returns (see the parent module for the plan).
 
-use super::super::StoreResult;
 use super::super::rows::{ReceiptRow, to_i64, to_u64};
+use super::super::{Status, StoreResult};
 use super::{
     FoundReceipt, ReceiptFilter, SearchKey, SearchOrder, SearchPage, SearchResults, StateFilter,
 };
@@ -19,7 +19,7 @@ pub enum Source {
     /// the leases handed out, not by the receipts stored.
     Leases,
     /// Finished with this status (`receipts_by_status`).
-    Finished(&'static str),
+    Finished(Status),
     /// Last failed with this code (`receipts_failed`).
     Failed(SettlementFailureCode),
 }
@@ -140,7 +140,10 @@ fn arm(
         }
         Source::Finished(status) => (
             "receipts_by_status",
-            vec![format!("status = '{status}' AND status <> 'active'")],
+            vec![format!(
+                "status = '{}' AND status <> 'active'",
+                status.as_str()
+            )],
         ),
         Source::Failed(code) => {
             let code = b.push(Bind::Text(code.as_str().to_owned()));

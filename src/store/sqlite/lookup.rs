@@ -8,8 +8,8 @@ use rusqlite::{Connection, OptionalExtension};
 use super::super::rows::ReceiptRow;
 use super::super::rules::{NewHistory, history_insert};
 use crate::domain::StoreError;
-use crate::store::StoreResult;
 use crate::store::rows::receipt_columns;
+use crate::store::{Status, StoreResult};
 
 /// A `ReceiptRow` from a row selected with `receipt_columns!()`.
 pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
@@ -17,7 +17,9 @@ pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         receipt_id: r.get(0)?,
         finalized_at: r.get(1)?,
         observation: r.get(2)?,
-        status: r.get(3)?,
+        status: Status::try_from(r.get::<_, String>(3)?).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, Box::new(e))
+        })?,
         attempts: r.get(4)?,
         row_version: r.get(5)?,
         next_visible_at_ms: r.get(6)?,

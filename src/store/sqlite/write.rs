@@ -13,7 +13,7 @@ use rusqlite::Connection;
 
 use super::super::actions::{self, Binds};
 use super::super::rows::{ReceiptRow, to_i64};
-use super::super::rules::{self, Cas, Change, NewHistory, Plan, cas_sql};
+use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql};
 use super::lookup::{append_history, json, receipt_row, row, rows_by_id};
 use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError};
 use crate::store::rows::receipt_columns;
@@ -76,64 +76,33 @@ macro_rules! cas_from_batch {
     };
 }
 
-/// The new column values of an outcome, as `jsonb_each` columns 8..=15:
-/// status, transcript, skip reason, attempts (null: unchanged), next visible,
-/// failure code and digest (null: unchanged), finished at.
-type ChangeRow<'a> = (
+/// The new column values of an outcome ([`NewValues`]), as `jsonb_each`
+/// columns 8..=15: status, transcript, skip reason, attempts (null:
+/// unchanged), next visible, failure code and digest (null: unchanged),
+/// finished at.
+type ChangeRow = (
     &'static str,
-    Option<&'a str>,
+    Option<String>,
     Option<&'static str>,
     Option<i64>,
     Option<i64>,
     Option<&'static str>,
-    Option<&'a str>,
+    Option<String>,
     Option<i64>,
 );
 
-fn change_row(plan: &Plan) -> ChangeRow<'_> {
-    let at = Some(plan.observed_at_ms);
-    match &plan.change {
-        Change::Settle { transcript_id } => (
-            "settled",
-            Some(transcript_id.as_str()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            at,
-        ),
-        Change::Skip { reason } => ("skipped", None, Some(*reason), None, None, None, None, at),
-        Change::Retry {
-            attempts,
-            next_visible_at_ms,
-            code,
-            sha256,
-        } => (
-            "active",
-            None,
-            None,
-            Some(*attempts),
-            Some(*next_visible_at_ms),
-            Some(*code),
-            Some(sha256.as_str()),
-            None,
-        ),
-        Change::DeadLetter {
-            attempts,
-            code,
-            sha256,
-        } => (
-            "dead_lettered",
-            None,
-            None,
-            Some(*attempts),
-            None,
-            Some(*code),
-            Some(sha256.as_str()),
-            at,
-        ),
-    }
+fn change_row(plan: &Plan) -> ChangeRow {
+    let v = NewValues::of_plan(plan);
+    (
+        v.status.as_str(),
+        v.transcript_id,
+        v.skip_reason,
+        v.attempts,
+        v.next_visible_at_ms,
+        v.failure_code,
+        v.failure_sha256,
+        v.finished_at_ms,
+    )
 }
 
 /// Apply planned outcomes with one guarded `UPDATE`; returns the ids it changed.
@@ -161,9 +130,11 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
             n.7,
         ));
     }
-    if let [row] = batch.as_slice() {
+    if batch.len() == 1 {
         // One row: the same guarded update with bound values. `UPDATE … FROM`
         // builds temporary tables whose set-up costs more than the row itself.
+        let row = batch.remove(0);
+        let id = row.0;
         let changed = conn
             .prepare_cached(concat!(
                 "UPDATE receipts SET status = ?9, transcript_id = ?10, skip_reason = ?11, \
@@ -173,9 +144,9 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
                  lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?16 WHERE ",
                 cas_sql!("status"; "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8")
             ))?
-            .execute(*row)?;
+            .execute(row)?;
         return Ok(if changed == 1 {
-            HashSet::from([row.0.to_owned()])
+            HashSet::from([id.to_owned()])
         } else {
             HashSet::new()
         });
