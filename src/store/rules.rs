@@ -67,8 +67,9 @@ macro_rules! lapsed_sql {
 }
 pub(crate) use lapsed_sql;
 
-/// Claimable at `$now`: due, and holding no lease or a lapsed one. The SQL of
-/// [`ReceiptRow::claimable`] for a claim of one receipt by id.
+/// Claimable at `$now`: due, and holding no lease or a lapsed one: the SQL of
+/// what [`ReceiptRow::unclaimable`] answers `None` for, for a claim of one
+/// receipt by id.
 macro_rules! claimable_sql {
     ($now:literal) => {
         concat!(

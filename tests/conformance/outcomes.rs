@@ -327,6 +327,17 @@ async fn a_write_the_database_refuses_fails_that_item_alone(fresh: Fresh) {
         .await
         .unwrap();
     assert_eq!(state(&fresh, "bad", T0 + 2).await, ReceiptState::Pending);
+    // The counts moved for what was written, and only for that.
+    let counts = store(&fresh).status(T0 + 2, 3).await.unwrap().counts;
+    let expected = [
+        (ReceiptState::Pending, 1),
+        (ReceiptState::Leased, 0),
+        (ReceiptState::RetryScheduled, 1),
+        (ReceiptState::Settled, 1),
+    ];
+    for (state, n) in expected {
+        assert_eq!(counts.get(state), n, "{state:?}");
+    }
 }
 
 async fn a_rails_retry_after_lengthens_the_wait_up_to_the_cap(fresh: Fresh) {
