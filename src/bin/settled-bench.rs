@@ -53,6 +53,11 @@ struct Args {
     /// Start the `settled` binary next to this one on a fresh database of this backend.
     #[arg(long, value_enum, conflicts_with = "url")]
     spawn: Option<Backend>,
+    /// With --spawn postgres: start this many `settled` processes on the one
+    /// fresh database; workers are spread over them in turn (worker n on
+    /// replica n mod N), producers enqueue through the first.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    replicas: u16,
     /// Drive a running server instead (receipt ids are unique to the run).
     #[arg(long, required_unless_present = "spawn")]
     url: Option<String>,
@@ -197,7 +202,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         groups: 0,
     };
     let mut preload_via = None;
-    let (api, mut server, backend, policy, target) = if let Some(kind) = args.spawn {
+    let (apis, mut servers, backend, policy, target) = if let Some(kind) = args.spawn {
         let backend = if kind == Backend::Sqlite {
             "sqlite"
         } else {
@@ -213,12 +218,23 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
             drop(store);
             preload_via = Some("the in-process store, before the server started".to_owned());
         }
-        let server = Server::spawn(&url)?;
-        let api = Api::new(&server.base, None)?;
-        let target = format!("spawned {}", server.base);
+        if args.replicas > 1 && kind != Backend::Postgres {
+            return Err(err(
+                "--replicas needs --spawn postgres (one SQLite file, one process)",
+            ));
+        }
+        let servers = (0..args.replicas)
+            .map(|_| Server::spawn(&url))
+            .collect::<Res<Vec<_>>>()?;
+        let apis = servers
+            .iter()
+            .map(|s| Api::new(&s.base, None))
+            .collect::<Res<Vec<_>>>()?;
+        let bases: Vec<&str> = servers.iter().map(|s| s.base.as_str()).collect();
+        let target = format!("spawned {}", bases.join(" "));
         (
-            api,
-            Some(server),
+            apis,
+            servers,
             backend.to_owned(),
             server::FAST_RETRY,
             target,
@@ -234,8 +250,9 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
                 .await?;
             preload_via = Some("HTTP batch".to_owned());
         }
-        (api, None, backend, policy, base.to_owned())
+        (vec![api], Vec::new(), backend, policy, base.to_owned())
     };
+    let api = &apis[0];
     eprintln!("settled-bench: {backend} at {}", api.base);
     let mut failures = Vec::new();
     let before = api.counts().await?;
@@ -255,7 +272,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     }
 
     let ledger = Arc::new(Ledger::new(w.receipts));
-    let (shown, pid) = (ledger.clone(), server.as_ref().map(|s| s.pid));
+    let (shown, pid) = (ledger.clone(), servers.first().map(|s| s.pid));
     let ticker = progress(
         "settle (HTTP)".into(),
         w.receipts,
@@ -274,21 +291,26 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     );
     let pacer = args.rate.map(|r| Arc::new(Pacer::new(r)));
     // The spawned server's database is the first one made.
-    let db_cpu = match (&server, dbs.first()) {
-        (Some(_), Some(db)) => db_cpu::DbCpu::start(db.url()).await,
+    let spawned = !servers.is_empty();
+    let db_cpu = match (spawned, dbs.first()) {
+        (true, Some(db)) => db_cpu::DbCpu::start(db.url()).await,
         _ => None,
     };
-    let pg_cost = match (&server, dbs.first()) {
-        (Some(_), Some(db)) => pg_cost::PgCost::start(db.url()).await,
+    let pg_cost = match (spawned, dbs.first()) {
+        (true, Some(db)) => pg_cost::PgCost::start(db.url()).await,
         _ => None,
     };
-    let cpu_before = server.as_ref().and_then(Server::cpu_s);
+    // Every replica's CPU, summed.
+    let servers_cpu = |servers: &[Server]| -> Option<f64> {
+        (!servers.is_empty())
+            .then(|| servers.iter().map(Server::cpu_s).sum::<Option<f64>>())
+            .flatten()
+    };
+    let cpu_before = servers_cpu(&servers);
     let started = Instant::now();
-    let stats = settle::run(&api, &ids, &ledger, &w, pacer).await;
+    let stats = settle::run(&apis, &ids, &ledger, &w, pacer).await;
     let elapsed_s = started.elapsed().as_secs_f64();
-    let server_cpu_s = server
-        .as_ref()
-        .and_then(Server::cpu_s)
+    let server_cpu_s = servers_cpu(&servers)
         .zip(cpu_before)
         .map(|(after, before)| after - before);
     let db_cpu_s = match db_cpu {
@@ -303,24 +325,21 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     let stats = stats?;
 
     let after = api.counts().await?;
-    check_counts(
-        &before,
-        &after,
-        &w,
-        &ledger,
-        server.is_some(),
-        &mut failures,
-    );
+    check_counts(&before, &after, &w, &ledger, spawned, &mut failures);
     ledger.check(&mut failures, "http");
     let verify = (args.verify_all_up_to, args.verify_sample);
     let verified_receipts = api
         .verify(&ids, &ledger, verify, w.workers.min(16), &mut failures)
         .await?;
-    let peak_rss_mb = server.as_ref().and_then(Server::peak_rss_mb);
-    if let Some(server) = server.as_mut()
-        && !server.stop()
-    {
-        eprintln!("settled-bench: warning: the server did not exit 0 on SIGTERM");
+    // The largest replica's.
+    let peak_rss_mb = servers
+        .iter()
+        .filter_map(Server::peak_rss_mb)
+        .reduce(f64::max);
+    for server in &mut servers {
+        if !server.stop() {
+            eprintln!("settled-bench: warning: a server did not exit 0 on SIGTERM");
+        }
     }
 
     let inprocess = if args.no_inprocess {
@@ -352,6 +371,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         target,
         receipts: w.receipts,
         workers: w.workers,
+        replicas: apis.len(),
         batch: w.batch,
         enqueue_batch: w.enqueue_batch,
         producers: w.producers,

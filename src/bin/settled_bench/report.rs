@@ -11,6 +11,8 @@ pub struct Report {
     pub target: String,
     pub receipts: usize,
     pub workers: usize,
+    /// `settled` processes the workers were spread over (spawned runs).
+    pub replicas: usize,
     pub batch: usize,
     pub enqueue_batch: usize,
     pub producers: usize,
@@ -101,6 +103,7 @@ impl Report {
             "target": self.target,
             "receipts": self.receipts,
             "workers": self.workers,
+            "replicas": self.replicas,
             "batch": self.batch,
             "enqueue_batch": self.enqueue_batch,
             "producers": self.producers,

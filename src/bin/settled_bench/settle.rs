@@ -47,9 +47,10 @@ pub struct WorkerStats {
     pub outcome: Latencies,
 }
 
-/// Run `w.workers` HTTP workers until the ledger is full or the deadline passes.
+/// Run `w.workers` HTTP workers until the ledger is full or the deadline
+/// passes, worker `n` on `apis[n % apis.len()]`.
 pub async fn run(
-    api: &Api,
+    apis: &[Api],
     ids: &Ids,
     ledger: &Arc<Ledger>,
     w: &Workload,
@@ -58,7 +59,8 @@ pub async fn run(
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for n in 0..w.workers.max(1) {
-        let (api, ids, ledger, w) = (api.clone(), ids.clone(), ledger.clone(), w.clone());
+        let api = apis[n % apis.len()].clone();
+        let (ids, ledger, w) = (ids.clone(), ledger.clone(), w.clone());
         let pacer = pacer.clone();
         tasks.spawn(async move { worker(api, ids, ledger, w, n, pacer, started).await });
     }
