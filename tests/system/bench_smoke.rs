@@ -1,6 +1,7 @@
 //! The bench tool runs end to end on a small workload: it spawns the real
 //! server, settles everything, and reports every figure with its invariants held.
-//! With `--raw` it also runs the plain-SQL ceiling and reports settled's share of it.
+//! With `--raw` it also runs the plain-SQL ceiling and reports settled's share of it;
+//! with `--replicas 2` its workers use two servers on one PostgreSQL database.
 
 use std::process::Command;
 
@@ -77,6 +78,15 @@ fn bench(backend: &str, receipts: &str, batch: &str, extra: &[&str]) {
     assert_eq!(report["invariants_ok"], true, "{report}\n{stderr}");
     assert_eq!(report["backend"], backend);
     assert_eq!(report["receipts"].as_u64(), receipts.parse().ok());
+    let replicas = extra
+        .iter()
+        .position(|a| *a == "--replicas")
+        .map_or("1", |i| extra[i + 1]);
+    assert_eq!(
+        report["replicas"].as_u64(),
+        replicas.parse().ok(),
+        "{report}"
+    );
 }
 
 #[test]
@@ -118,7 +128,8 @@ fn postgres_one_by_one() {
             "postgres",
             "100",
             "1",
-            &["--postgres-url", &url, "--groups", "7"],
+            // Two replicas on the one database: workers spread over them.
+            &["--postgres-url", &url, "--groups", "7", "--replicas", "2"],
         );
     }
 }
