@@ -306,13 +306,27 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
             .then(|| servers.iter().map(Server::cpu_s).sum::<Option<f64>>())
             .flatten()
     };
+    let servers_written = |servers: &[Server]| -> Option<u64> {
+        (!servers.is_empty())
+            .then(|| {
+                servers
+                    .iter()
+                    .map(Server::written_bytes)
+                    .sum::<Option<u64>>()
+            })
+            .flatten()
+    };
     let cpu_before = servers_cpu(&servers);
+    let written_before = servers_written(&servers);
     let started = Instant::now();
     let stats = settle::run(&apis, &ids, &ledger, &w, pacer).await;
     let elapsed_s = started.elapsed().as_secs_f64();
     let server_cpu_s = servers_cpu(&servers)
         .zip(cpu_before)
         .map(|(after, before)| after - before);
+    let server_written_bytes = servers_written(&servers)
+        .zip(written_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let db_cpu_s = match db_cpu {
         Some(d) => d.finish().await,
         None => None,
@@ -396,6 +410,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         errors: Ledger::get(&ledger.errors),
         foreign_claims: Ledger::get(&ledger.foreign),
         server_cpu_s,
+        server_written_bytes,
         db_cpu_s,
         db_written,
         peak_rss_mb,

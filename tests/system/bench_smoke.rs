@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 19] = [
     "settled_per_sec",
     "enqueued_per_sec",
     "claim_p50_ms",
@@ -24,6 +24,7 @@ const FIELDS: [&str; 18] = [
     "elapsed_s",
     "preload",
     "server_cpu_us_per_receipt",
+    "server_written_bytes_per_receipt",
 ];
 
 /// Present only with `--raw`. CPU figures may round to 0 on a tiny run

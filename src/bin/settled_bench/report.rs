@@ -37,6 +37,9 @@ pub struct Report {
     pub errors: u64,
     pub foreign_claims: u64,
     pub server_cpu_s: Option<f64>,
+    /// Bytes the server processes sent to storage while settling (SQLite:
+    /// the database's writes; PostgreSQL writes in its own processes).
+    pub server_written_bytes: Option<u64>,
     /// CPU of the PostgreSQL backends serving the spawned server, while settling.
     pub db_cpu_s: Option<f64>,
     /// What PostgreSQL wrote while settling (WAL, index entries).
@@ -82,6 +85,14 @@ impl Report {
     pub fn server_cpu_us_per_receipt(&self) -> Option<f64> {
         let finished = self.settled + self.skipped + self.dead_lettered;
         super::cpu::us_per(self.server_cpu_s, finished)
+    }
+
+    /// Bytes the server wrote to storage per finished receipt while settling.
+    pub fn server_written_bytes_per_receipt(&self) -> Option<f64> {
+        let finished = self.settled + self.skipped + self.dead_lettered;
+        self.server_written_bytes
+            .filter(|_| finished > 0)
+            .map(|b| b as f64 / finished as f64)
     }
 
     /// PostgreSQL backends' CPU per finished receipt while settling, in µs.
@@ -135,6 +146,13 @@ impl Report {
             "foreign_claims": self.foreign_claims,
             "server_cpu_s": self.server_cpu_s.map(|c| round(c, 2)),
             "server_cpu_us_per_receipt": self.server_cpu_us_per_receipt().map(|c| round(c, 1)),
+            "server_written_bytes_per_receipt": self
+                .server_written_bytes_per_receipt()
+                .map(|b| round(b, 0)),
+            // 4 KiB pages, SQLite's default page size.
+            "server_pages_written_per_receipt": self
+                .server_written_bytes_per_receipt()
+                .map(|b| round(b / 4096.0, 2)),
             "db_cpu_us_per_receipt": self.db_cpu_us_per_receipt().map(|c| round(c, 1)),
             "db_wal_bytes_per_receipt": self.db_written_per_receipt(|w| w.wal_bytes).map(|c| round(c, 0)),
             "db_index_entries_per_receipt": self.db_written_per_receipt(|w| w.index_entries).map(|c| round(c, 1)),

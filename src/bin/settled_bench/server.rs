@@ -184,6 +184,14 @@ impl Server {
         super::cpu::cpu_s(Some(self.pid))
     }
 
+    /// Bytes it has sent to the storage layer so far (`write_bytes` of
+    /// `/proc/<pid>/io`): on SQLite, the database's WAL and checkpoint writes.
+    pub fn written_bytes(&self) -> Option<u64> {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.pid)).ok()?;
+        let line = io.lines().find(|l| l.starts_with("write_bytes:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// SIGTERM, then wait (at most 10 s, then kill). Returns whether it exited 0.
     pub fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
