@@ -8,8 +8,8 @@ use sqlx::Acquire;
 use sqlx::{PgConnection, PgPool};
 
 use super::super::rows::to_i64;
-use super::super::rules::{self, Cas, NewValues, Plan, cas_sql};
-use super::guarded::{self, Guard, Write};
+use super::super::rules::{self, Cas, Plan, cas_sql};
+use super::guarded::{self, Write};
 use super::{Tx, begin, finish, in_id_order, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
 use crate::store::StoreResult;
@@ -37,14 +37,8 @@ fn miss(explained: StoreResult<Route>) -> StoreError {
 /// Apply a planned change and its history entry with the statement of the
 /// set-based path (one writer of what an outcome writes); `true` when the
 /// guard matched. A retry made due is announced by the statement.
-async fn apply(conn: &mut PgConnection, cas: &Cas<'_>, plan: &Plan) -> StoreResult<bool> {
-    let write = Write {
-        guard: Guard::of(cas, plan.observed_at_ms),
-        values: NewValues::of_plan(plan),
-        history: plan.history.clone(),
-        wakes: matches!(plan.route, Route::RetryScheduled { .. }),
-    };
-    guarded::write_one(conn, write).await
+async fn apply(conn: &mut PgConnection, claim: &Claim, plan: &Plan) -> StoreResult<bool> {
+    guarded::write_one(conn, Write::outcome(claim, plan)).await
 }
 
 /// One outcome. Any database error aborts a PostgreSQL transaction, so in
@@ -68,10 +62,9 @@ async fn record_one(
             return Ok(Some(Err(refused)));
         }
     };
-    let cas = Cas::of(claim);
     if plan.lease_live {
         if !careful {
-            match apply(&mut *tx, &cas, &plan).await {
+            match apply(&mut *tx, claim, &plan).await {
                 Ok(true) => return Ok(Some(Ok(plan.route))),
                 Ok(false) => {}
                 Err(e @ StoreError::Backend { .. }) => return Err(e),
@@ -79,7 +72,7 @@ async fn record_one(
             }
         } else {
             let mut item = Acquire::begin(&mut *tx).await?;
-            match apply(&mut item, &cas, &plan).await {
+            match apply(&mut item, claim, &plan).await {
                 Ok(matched) => {
                     item.commit().await?;
                     if matched {
@@ -155,13 +148,7 @@ async fn extend(tx: &mut Tx, claim: &Claim, now_ms: u64, until: i64) -> StoreRes
 
 async fn release(tx: &mut Tx, claim: &Claim, now_ms: u64) -> StoreResult<()> {
     let now = to_i64(now_ms, "now_ms")?;
-    let write = Write {
-        guard: Guard::of(&Cas::of(claim), now),
-        values: NewValues::release(now),
-        history: rules::release_entry(claim, now),
-        wakes: true,
-    };
-    if !guarded::write_one(tx, write).await? {
+    if !guarded::write_one(tx, Write::release(claim, now)).await? {
         let row = row(tx, claim.receipt_id.as_str()).await?;
         return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
     }

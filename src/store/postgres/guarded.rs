@@ -7,9 +7,9 @@
 use sqlx::PgConnection;
 
 use super::super::rows::ReceiptRow;
-use super::super::rules::{Cas, NewHistory, NewValues, cas_sql, history_insert};
+use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql, history_insert};
 use super::CHANNEL;
-use crate::domain::StoreError;
+use crate::domain::{Claim, Route, StoreError};
 use crate::store::StoreResult;
 
 /// The claim fields of the compare-and-swap, owned, with the clock of the check.
@@ -48,6 +48,28 @@ pub(super) struct Write {
     pub history: NewHistory,
     /// Whether it makes work due at once, to be announced.
     pub wakes: bool,
+}
+
+impl Write {
+    /// What an outcome's plan writes for `claim`.
+    pub fn outcome(claim: &Claim, plan: &Plan) -> Self {
+        Self {
+            guard: Guard::of(&Cas::of(claim), plan.observed_at_ms),
+            values: NewValues::of_plan(plan),
+            history: plan.history.clone(),
+            wakes: matches!(plan.route, Route::RetryScheduled { .. }),
+        }
+    }
+
+    /// What a release of `claim` at `now` writes: due again at once.
+    pub fn release(claim: &Claim, now: i64) -> Self {
+        Self {
+            guard: Guard::of(&Cas::of(claim), now),
+            values: NewValues::release(now),
+            history: rules::release_entry(claim, now),
+            wakes: true,
+        }
+    }
 }
 
 /// The compare-and-swap of each row against its batch row.

@@ -8,7 +8,7 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::super::rows::to_i64;
-use super::super::rules::{self, Cas, NewValues};
+use super::super::rules::{self, Cas};
 use super::careful;
 use super::guarded::{self, Extension, Guard, Write};
 use super::{begin, finish, row};
@@ -178,15 +178,7 @@ fn prepare(unit: &Unit<'_>) -> Prep {
             Err(refusal) => Prep::Refused(refusal),
             Ok(plan) => {
                 if plan.lease_live {
-                    Prep::Write(
-                        Box::new(Write {
-                            guard: Guard::of(&Cas::of(claim), plan.observed_at_ms),
-                            values: NewValues::of_plan(&plan),
-                            history: plan.history.clone(),
-                            wakes: matches!(plan.route, Route::RetryScheduled { .. }),
-                        }),
-                        Some(plan.route),
-                    )
+                    Prep::Write(Box::new(Write::outcome(claim, &plan)), Some(plan.route))
                 } else {
                     Prep::Explain
                 }
@@ -205,15 +197,7 @@ fn prepare(unit: &Unit<'_>) -> Prep {
         }
         UnitKind::Release { now_ms } => match to_i64(now_ms, "now_ms") {
             Err(e) => Prep::Done(UnitAnswer::Released(Err(e))),
-            Ok(now) => Prep::Write(
-                Box::new(Write {
-                    guard: Guard::of(&Cas::of(claim), now),
-                    values: NewValues::release(now),
-                    history: rules::release_entry(claim, now),
-                    wakes: true,
-                }),
-                None,
-            ),
+            Ok(now) => Prep::Write(Box::new(Write::release(claim, now)), None),
         },
     }
 }
