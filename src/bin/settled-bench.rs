@@ -161,6 +161,15 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A figure of the spawned replicas, summed (`None` without any, or when
+/// one of them cannot be read).
+fn summed<T: std::iter::Sum>(servers: &[Server], read: impl Fn(&Server) -> Option<T>) -> Option<T> {
+    if servers.is_empty() {
+        return None;
+    }
+    servers.iter().map(read).sum()
+}
+
 async fn fresh(backend: &str, args: &Args, dbs: &mut Vec<FreshDb>) -> Res<String> {
     let db = match backend {
         "sqlite" => FreshDb::sqlite()?,
@@ -300,31 +309,15 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         (true, Some(db)) => pg_cost::PgCost::start(db.url()).await,
         _ => None,
     };
-    // Every replica's CPU, summed.
-    let servers_cpu = |servers: &[Server]| -> Option<f64> {
-        (!servers.is_empty())
-            .then(|| servers.iter().map(Server::cpu_s).sum::<Option<f64>>())
-            .flatten()
-    };
-    let servers_written = |servers: &[Server]| -> Option<u64> {
-        (!servers.is_empty())
-            .then(|| {
-                servers
-                    .iter()
-                    .map(Server::written_bytes)
-                    .sum::<Option<u64>>()
-            })
-            .flatten()
-    };
-    let cpu_before = servers_cpu(&servers);
-    let written_before = servers_written(&servers);
+    let cpu_before = summed(&servers, Server::cpu_s);
+    let written_before = summed(&servers, Server::written_bytes);
     let started = Instant::now();
     let stats = settle::run(&apis, &ids, &ledger, &w, pacer).await;
     let elapsed_s = started.elapsed().as_secs_f64();
-    let server_cpu_s = servers_cpu(&servers)
+    let server_cpu_s = summed(&servers, Server::cpu_s)
         .zip(cpu_before)
         .map(|(after, before)| after - before);
-    let server_written_bytes = servers_written(&servers)
+    let server_written_bytes = summed(&servers, Server::written_bytes)
         .zip(written_before)
         .map(|(after, before)| after.saturating_sub(before));
     let db_cpu_s = match db_cpu {
