@@ -1,0 +1,85 @@
+//! The SQL both backends share for the rules: the claim compare-and-swap,
+//! the claimable conditions and the history column list, each written once.
+
+/// The claim compare-and-swap in SQL, what `domain::holds` states in Rust:
+/// the row is active, equals the claim field for field, and its lease is
+/// live at the check time. One text for every guarded write of both
+/// backends; the arguments say where each claim value comes from (a bound
+/// parameter or a batch column), and `$status` how to name the status
+/// column (SQLite's `+status` keeps its planner on the primary key).
+macro_rules! cas_sql {
+    ($status:literal; $id:literal, $fin:literal, $att:literal, $rv:literal,
+     $owner:literal, $token:literal, $until:literal, $now:literal) => {
+        concat!(
+            "receipt_id = ",
+            $id,
+            " AND ",
+            $status,
+            " = 'active' AND finalized_at = ",
+            $fin,
+            " AND attempts = ",
+            $att,
+            " AND row_version = ",
+            $rv,
+            " AND lease_owner = ",
+            $owner,
+            " AND lease_token = ",
+            $token,
+            " AND lease_until_ms = ",
+            $until,
+            " AND lease_until_ms > ",
+            $now
+        )
+    };
+}
+pub(crate) use cas_sql;
+
+/// Claimable once due and holding no lease: the predicate of each backend's
+/// claim index `receipts_due` (migrations/*/0014_unleased_due.sql), written
+/// once so that every query meant for that index names it alike.
+macro_rules! unleased_sql {
+    () => {
+        "status = 'active' AND held_at_ms IS NULL AND lease_token IS NULL"
+    };
+}
+pub(crate) use unleased_sql;
+
+/// Claimable once due, its lease lapsed at `$now`: a range of
+/// `receipts_leases` (a lease implies an active row; the status is said for
+/// the reader).
+macro_rules! lapsed_sql {
+    ($now:literal) => {
+        concat!(
+            "lease_until_ms <= ",
+            $now,
+            " AND status = 'active' AND held_at_ms IS NULL"
+        )
+    };
+}
+pub(crate) use lapsed_sql;
+
+/// Claimable at `$now`: due, and holding no lease or a lapsed one: the SQL of
+/// what [`ReceiptRow::unclaimable`] answers `None` for, for a claim of one
+/// receipt by id.
+macro_rules! claimable_sql {
+    ($now:literal) => {
+        concat!(
+            "status = 'active' AND held_at_ms IS NULL AND next_visible_at_ms <= ",
+            $now,
+            " AND (lease_until_ms IS NULL OR lease_until_ms <= ",
+            $now,
+            ")"
+        )
+    };
+}
+pub(crate) use claimable_sql;
+
+/// The head of every history `INSERT` of both backends ([`NewHistory`]'s
+/// columns in one order); each statement supplies all of them.
+macro_rules! history_insert {
+    () => {
+        "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
+         transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms, actor, note) "
+    };
+}
+pub(crate) use history_insert;
