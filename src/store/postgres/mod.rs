@@ -109,14 +109,14 @@ pub struct PostgresStore {
 }
 
 /// How many groups each queue (writes, batch claims) of one replica runs at
-/// a time: an eighth of the pool, 1 to 4 (2 at the default pool of 16).
-/// Enough to keep the database's cores and its WAL flushes busy, few enough
-/// that requests queue and merge under load: on a 2-core database, 2 per
-/// queue against 4 settled 26–36 % more receipts a second for about 30 % less
-/// database CPU each, batched and one by one (BENCHMARKS.md). A larger pool
-/// (for a larger database server) runs more.
+/// a time: a sixteenth of the pool, 1 to 4 (1 at the default pool of 16).
+/// Few enough that requests queue and merge under load: on a 2-core
+/// database one group per queue against two settled 29 % more receipts a
+/// second one by one for 40 % less database CPU each, and cut the claim p99
+/// at half the peak from 14.5 to 9.9 ms (BENCHMARKS.md); two had already
+/// beaten four. A larger pool (for a larger database server) runs more.
 fn write_tasks(max_connections: u32) -> usize {
-    usize::try_from(max_connections / 8).map_or(1, |n| n.clamp(1, WRITE_TASKS))
+    usize::try_from(max_connections / 16).map_or(1, |n| n.clamp(1, WRITE_TASKS))
 }
 
 const WRITE_TASKS: usize = 4;
