@@ -9,6 +9,7 @@ mod reasons;
 mod route;
 mod rules;
 mod text;
+mod time;
 mod trace;
 
 pub use claim::*;
@@ -20,4 +21,5 @@ pub use reasons::*;
 pub use route::*;
 pub use rules::*;
 pub use text::*;
+pub use time::*;
 pub use trace::*;

@@ -15,7 +15,7 @@ use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath};
 use super::receipt_search::FilterIn;
 use super::wire;
-use crate::domain::ReceiptId;
+use crate::domain::{ReceiptId, UnixMs};
 use crate::store::search::SCAN_BUDGET;
 use crate::store::{Acted, ActionResult, OperatorAction, ReceiptFilter, SearchOrder, SearchPage};
 
@@ -286,7 +286,7 @@ fn named(ids: &[String]) -> Result<Vec<ReceiptId>, ApiError> {
 async fn select(
     app: &AppState,
     filter: &ReceiptFilter,
-    now: u64,
+    now: UnixMs,
 ) -> Result<Vec<ReceiptId>, ApiError> {
     let mut ids = Vec::new();
     let mut page = SearchPage {

@@ -143,7 +143,7 @@ async fn claim_batch(
         drop(turn);
         let now = Instant::now();
         if !due.claims.is_empty() || now >= deadline || app.shutting_down() {
-            app.metrics.claimed(&due.claims, app.now());
+            app.metrics.claimed(&due.claims, app.now().get());
             spans::note_claimed(worker.as_str(), &due.claims);
             app.metrics.claim_request(if !due.claims.is_empty() {
                 ClaimResult::Leased
@@ -222,7 +222,7 @@ async fn claim_one(
     });
     match answer {
         ReceiptClaim::Claimed(claim) => {
-            app.metrics.claimed([&*claim], app.now());
+            app.metrics.claimed([&*claim], app.now().get());
             spans::note_claimed(worker.as_str(), [&*claim]);
             Ok(Json((*claim).into()))
         }

@@ -11,7 +11,7 @@ use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::wire;
-use crate::domain::{GroupLimits, GroupName, Rate};
+use crate::domain::{GroupLimits, GroupName, Rate, UnixMs};
 use crate::store::{GroupQuery, GroupView};
 
 /// Default and largest page size.
@@ -106,7 +106,7 @@ async fn get_one(
 }
 
 /// One group's view at `now`.
-async fn one(app: &AppState, group: &GroupName, now: u64) -> Result<Json<GroupView>, ApiError> {
+async fn one(app: &AppState, group: &GroupName, now: UnixMs) -> Result<Json<GroupView>, ApiError> {
     app.store
         .groups(
             now,

@@ -160,8 +160,8 @@ impl AppState {
 
     /// The server clock.
     #[must_use]
-    pub fn now(&self) -> u64 {
-        self.clock.now_ms()
+    pub fn now(&self) -> crate::domain::UnixMs {
+        crate::domain::UnixMs::saturating(self.clock.now_ms())
     }
 
     /// Turn a store result into an API result, counting refused writes.
@@ -190,14 +190,14 @@ impl AppState {
     ) -> Result<crate::domain::Route, ApiError> {
         let route = self.checked(result)?;
         spans::note_route(&route);
-        self.metrics.routed(claim, input, &route, self.now());
+        self.metrics.routed(claim, input, &route, self.now().get());
         self.tally(&stats::routed(input, &route));
         Ok(route)
     }
 
     /// Count `delta` in the rates of the current minute (`GET /v1/stats`).
     fn tally(&self, delta: &crate::store::StatsCounts) {
-        self.stats.add(self.now(), delta);
+        self.stats.add(self.now().get(), delta);
     }
 
     fn shutting_down(&self) -> bool {

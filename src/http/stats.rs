@@ -22,7 +22,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemCode};
 use super::extract::ApiQuery;
-use crate::domain::{Outcome, Route};
+use crate::domain::{Outcome, Route, UnixMs};
 use crate::store::{
     STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, StoreResult, minute_of,
 };
@@ -95,7 +95,7 @@ pub fn routed(input: &Outcome, route: &Route) -> StatsCounts {
 pub async fn flush(app: &AppState) -> StoreResult<()> {
     let mut flushed = app.stats.flushing.lock().await;
     let now = app.now();
-    let minute = minute_of(now);
+    let minute = minute_of(now.get());
     // The depth is a sample: when it cannot be read, the counts still go.
     let depth = app.store.status(now, 0).await.ok().map(|status| {
         let c = status.counts;
@@ -126,7 +126,7 @@ pub async fn flush(app: &AppState) -> StoreResult<()> {
     }
     match app
         .store
-        .add_stats(&minutes, minute.saturating_sub(STATS_KEEP_MS))
+        .add_stats(&minutes, UnixMs::saturating(minute) - STATS_KEEP_MS)
         .await
     {
         Ok(()) => {
@@ -226,9 +226,12 @@ async fn stats(
     // flush and shows in the read below.
     let _ = flush(&app).await;
     let now = app.now();
-    let end = minute_of(now) + STATS_MINUTE_MS;
+    let end = minute_of(now.get()) + STATS_MINUTE_MS;
     let start = end.saturating_sub(count * STATS_MINUTE_MS);
-    let stored = app.store.stats(start, end).await?;
+    let stored = app
+        .store
+        .stats(UnixMs::saturating(start), UnixMs::saturating(end))
+        .await?;
     let mut stored = stored.into_iter().peekable();
     let minutes = (start..end)
         .step_by(STATS_MINUTE_MS as usize)
@@ -244,7 +247,7 @@ async fn stats(
         .collect();
     Ok(Json(StatsOut {
         minute_ms: STATS_MINUTE_MS,
-        now_ms: now,
+        now_ms: now.get(),
         minutes,
     }))
 }

@@ -34,7 +34,7 @@ pub use views::*;
 
 use crate::domain::{
     Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, Priority, ReceiptId,
-    RetryPolicy, Route, SettlementStoreBinding, StoreError, WorkerId,
+    RetryPolicy, Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
 };
 
 /// Shorthand for store results.
@@ -49,7 +49,7 @@ pub struct NewReceipt {
     /// A JSON object, or `None` (same identity as an explicit null).
     pub observation: Option<serde_json::Value>,
     /// When it becomes due; `None` means now.
-    pub visible_at_ms: Option<u64>,
+    pub visible_at_ms: Option<UnixMs>,
     /// Its group (part of its identity).
     pub group: GroupName,
     /// Its priority within the group (part of its identity).
@@ -112,8 +112,9 @@ impl BackendKind {
 
 /// Atomic leased store for settlement receipts and their outcomes.
 ///
-/// Every method takes the server clock as an argument (`now_ms`), so that the
-/// store never reads a clock of its own and tests can drive time.
+/// Every method takes the server clock as an argument (`now_ms`, a
+/// [`UnixMs`]: a time the database can hold, so no backend checks one), so
+/// that the store never reads a clock of its own and tests can drive time.
 #[async_trait]
 pub trait SettlementOutcomeStore: Send + Sync {
     /// Identify the durable writer that owns this outcome store.
@@ -136,14 +137,14 @@ pub trait SettlementOutcomeStore: Send + Sync {
     }
 
     /// Store receipts, each judged on its own, in one durable transaction.
-    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>>;
+    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: UnixMs) -> StoreResult<Vec<Enqueued>>;
 
     /// Claim one receipt by id.
     async fn claim_receipt(
         &self,
         receipt_id: &ReceiptId,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim>;
 
@@ -153,7 +154,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
     async fn claim_from(
         &self,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
@@ -161,7 +162,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
 
     /// The groups `query` asks for, by name, with their limits and figures
     /// at `now_ms`.
-    async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>>;
+    async fn groups(&self, now_ms: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>>;
 
     /// Set a group's limits, creating the group if it is new. Takes effect
     /// at the next claim of every replica.
@@ -169,7 +170,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
         &self,
         group: &GroupName,
         limits: &GroupLimits,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<()>;
 
     /// Atomically commit outcomes for exact, unexpired claims, each judged on
@@ -181,7 +182,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
         &self,
         outcomes: &[(Claim, Outcome)],
         policy: RetryPolicy,
-        observed_at_ms: u64,
+        observed_at_ms: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>>;
 
     /// Move the lease deadline to `now + extend_ms`; same token and version.
@@ -189,17 +190,17 @@ pub trait SettlementOutcomeStore: Send + Sync {
         &self,
         claim: &Claim,
         extend_ms: LeaseMs,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Claimed>;
 
     /// Give the lease back: due again at once, attempts unchanged.
-    async fn release_lease(&self, claim: &Claim, now_ms: u64) -> StoreResult<()>;
+    async fn release_lease(&self, claim: &Claim, now_ms: UnixMs) -> StoreResult<()>;
 
     /// A receipt's state and history.
     async fn receipt(
         &self,
         receipt_id: &ReceiptId,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Option<ReceiptView>>;
 
     /// A page of dead letters ordered by `(finalized_at, receipt_id)`.
@@ -221,18 +222,18 @@ pub trait SettlementOutcomeStore: Send + Sync {
         action: &OperatorAction,
         receipt_ids: &[ReceiptId],
         actor: Option<&str>,
-        now_ms: u64,
+        now_ms: UnixMs,
         dry_run: bool,
     ) -> StoreResult<Vec<ActionResult>>;
 
     /// Counts per state, the oldest due age, and up to `limit` receipts per
     /// state (the groups are added by [`Self::status_at_a_glance`]).
-    async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView>;
+    async fn status(&self, now_ms: UnixMs, limit: usize) -> StoreResult<StatusView>;
 
     /// Delete up to `limit` settled or skipped receipts (and their history)
     /// that finished before `finished_before_ms`; returns how many. Active
     /// work and dead letters are never touched.
-    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64>;
+    async fn purge_finished(&self, finished_before_ms: UnixMs, limit: usize) -> StoreResult<u64>;
 
     // The history feed (GET /v1/history).
 
@@ -248,10 +249,10 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// counters add to what is stored (so calls and servers sum up), a
     /// minute's `depth` becomes the latest sample given (`None` keeps it);
     /// then minutes before `keep_from_ms` are deleted.
-    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()>;
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: UnixMs) -> StoreResult<()>;
 
     /// The stored minutes with `minute_ms` in `[from_ms, to_ms)`, oldest first.
-    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>>;
+    async fn stats(&self, from_ms: UnixMs, to_ms: UnixMs) -> StoreResult<Vec<StatsMinute>>;
 
     // Find receipts (`GET /v1/receipts`, src/store/search.rs).
 
@@ -264,7 +265,7 @@ pub trait SettlementOutcomeStore: Send + Sync {
         &self,
         filter: &ReceiptFilter,
         page: &SearchPage,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<SearchResults>;
 }
 
@@ -276,7 +277,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         claim: &Claim,
         outcome: &Outcome,
         policy: RetryPolicy,
-        observed_at_ms: u64,
+        observed_at_ms: UnixMs,
     ) -> StoreResult<Route> {
         let items = [(claim.clone(), outcome.clone())];
         let mut results = self
@@ -295,7 +296,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
     pub async fn extend_leases(
         &self,
         items: &[(Claim, LeaseMs)],
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> Vec<StoreResult<Claimed>> {
         futures_util::future::join_all(
             items
@@ -310,7 +311,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
     pub async fn claim_due(
         &self,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
     ) -> StoreResult<Vec<Claimed>> {
@@ -325,7 +326,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
     pub async fn redrive(
         &self,
         receipt_id: &ReceiptId,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Option<ReceiptView>> {
         let ids = std::slice::from_ref(receipt_id);
         let done = self
@@ -338,14 +339,18 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
     }
 
     /// [`SettlementOutcomeStore::status`] with the first groups' figures.
-    pub async fn status_at_a_glance(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
+    pub async fn status_at_a_glance(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> StoreResult<StatusView> {
         let mut status = self.status(now_ms, limit).await?;
         status.groups = self.groups(now_ms, &GroupQuery::at_a_glance()).await?;
         Ok(status)
     }
 
     /// Enqueue one receipt.
-    pub async fn enqueue_one(&self, receipt: &NewReceipt, now_ms: u64) -> StoreResult<Enqueued> {
+    pub async fn enqueue_one(&self, receipt: &NewReceipt, now_ms: UnixMs) -> StoreResult<Enqueued> {
         let mut results = self.enqueue(std::slice::from_ref(receipt), now_ms).await?;
         results
             .pop()

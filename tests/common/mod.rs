@@ -17,6 +17,7 @@ pub mod rng;
 
 use std::sync::Arc;
 
+use settled::domain::UnixMs;
 use settled::store::SharedStore;
 use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::sqlite::SqliteStore;
@@ -273,3 +274,8 @@ pub const LEASE_LOST: [&str; 5] = [
     "receipt_finished",
     "receipt_unknown",
 ];
+
+/// A test's clock reading as the store takes it.
+pub fn ms(value: u64) -> UnixMs {
+    UnixMs::try_from(value).expect("test times fit a database integer")
+}

@@ -28,7 +28,7 @@ async fn act(
 ) -> Vec<Result<Acted, ActionRefusal>> {
     let ids: Vec<_> = ids.iter().map(|id| rid(id)).collect();
     store(fresh)
-        .act(action, &ids, Some("alice"), now, dry_run)
+        .act(action, &ids, Some("alice"), ms(now), dry_run)
         .await
         .expect("act")
 }
@@ -59,18 +59,18 @@ async fn a_held_receipt_is_not_claimed_until_unheld(fresh: Fresh) {
 
     // A batch claim passes it by; a claim by id is told why.
     let claimed = store(&fresh)
-        .claim_due(&worker("w"), T0 + 1, lease(1_000), limit(10))
+        .claim_due(&worker("w"), ms(T0 + 1), lease(1_000), limit(10))
         .await
         .unwrap();
     let ids: Vec<_> = claimed.iter().map(|c| c.receipt_id.as_str()).collect();
     assert_eq!(ids, ["b"]);
     let by_id = store(&fresh)
-        .claim_receipt(&rid("a"), &worker("w"), T0 + 1, lease(1_000))
+        .claim_receipt(&rid("a"), &worker("w"), ms(T0 + 1), lease(1_000))
         .await
         .unwrap();
     assert_eq!(by_id, ReceiptClaim::Held);
     // Still counted where it was; not the oldest due.
-    let status = store(&fresh).status(T0 + 5, 10).await.unwrap();
+    let status = store(&fresh).status(ms(T0 + 5), 10).await.unwrap();
     assert_eq!((status.counts.pending, status.counts.leased), (1, 1));
     assert_eq!(status.oldest_due_age_ms, 0);
 
@@ -99,7 +99,7 @@ async fn a_live_lease_on_a_held_receipt_may_still_finish(fresh: Fresh) {
         (ReceiptState::RetryScheduled, Some(T0 + 1))
     );
     let none = store(&fresh)
-        .claim_due(&worker("w"), T0 + 100_000, lease(1_000), limit(10))
+        .claim_due(&worker("w"), ms(T0 + 100_000), lease(1_000), limit(10))
         .await
         .unwrap();
     assert!(none.is_empty());
@@ -175,11 +175,11 @@ async fn cancel_finishes_for_good_and_refuses_what_it_must(fresh: Fresh) {
     assert_eq!(late.unwrap_err().class(), StoreErrorClass::Conflict);
     // Enqueue stays idempotent; nothing claims it again; it is counted.
     let again = store(&fresh)
-        .enqueue(&[receipt("pending")], T0 + 5)
+        .enqueue(&[receipt("pending")], ms(T0 + 5))
         .await
         .unwrap();
     assert_eq!(again, [settled::store::Enqueued::Existing]);
-    let status = store(&fresh).status(T0 + 2_000, 10).await.unwrap();
+    let status = store(&fresh).status(ms(T0 + 2_000), 10).await.unwrap();
     assert_eq!((status.counts.canceled, status.counts.pending), (2, 0));
     assert_eq!(status.samples[&ReceiptState::Canceled].receipts.len(), 2);
 }
@@ -253,7 +253,7 @@ async fn dead_letters_can_be_redriven_or_canceled_in_bulk_and_dry_runs_change_no
         act(&fresh, &hold(), &["d3"], T0 + 6, false).await,
         [Err(ActionRefusal::NotActive)]
     );
-    let status = store(&fresh).status(T0 + 6, 10).await.unwrap();
+    let status = store(&fresh).status(ms(T0 + 6), 10).await.unwrap();
     assert_eq!(
         (
             status.counts.dead_lettered,

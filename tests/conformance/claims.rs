@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use settled::domain::RetryPolicy;
+use settled::domain::{RetryPolicy, UnixMs};
 use settled::store::{ReceiptClaim, ReceiptState};
 
 use super::support::*;
@@ -50,7 +50,7 @@ async fn lease_expires_exactly_at_its_deadline(fresh: Fresh) {
         ReceiptClaim::Leased
     );
     assert!(
-        s.claim_due(&w2, until - 1, lease(1_000), limit(5))
+        s.claim_due(&w2, ms(until - 1), lease(1_000), limit(5))
             .await
             .unwrap()
             .is_empty()
@@ -58,7 +58,7 @@ async fn lease_expires_exactly_at_its_deadline(fresh: Fresh) {
     assert_eq!(state(&fresh, "r", until - 1).await, ReceiptState::Leased);
     assert_eq!(state(&fresh, "r", until).await, ReceiptState::Pending);
     let batch = s
-        .claim_due(&w2, until, lease(1_000), limit(5))
+        .claim_due(&w2, ms(until), lease(1_000), limit(5))
         .await
         .unwrap();
     assert_eq!(batch.len(), 1);
@@ -96,7 +96,7 @@ async fn tokens_are_long_unpredictable_and_never_repeat(fresh: Fresh) {
     for round in 0..3u64 {
         let now = T0 + round * 10;
         let claims = s
-            .claim_due(&worker("w"), now, lease(10), limit(1024))
+            .claim_due(&worker("w"), ms(now), lease(10), limit(1024))
             .await
             .unwrap();
         assert_eq!(claims.len(), 40);
@@ -128,10 +128,13 @@ async fn claim_due_orders_and_respects_the_limit(fresh: Fresh) {
     ];
     enqueue_new(&fresh, &batch, 0).await;
     let w = worker("w");
-    let first = s.claim_due(&w, T0, lease(500), limit(2)).await.unwrap();
+    let first = s.claim_due(&w, ms(T0), lease(500), limit(2)).await.unwrap();
     let ids: Vec<_> = first.iter().map(|c| c.receipt_id.clone()).collect();
     assert_eq!(ids, ["b", "a"]);
-    let rest = s.claim_due(&w, T0, lease(500), limit(1024)).await.unwrap();
+    let rest = s
+        .claim_due(&w, ms(T0), lease(500), limit(1024))
+        .await
+        .unwrap();
     let ids: Vec<_> = rest.iter().map(|c| c.receipt_id.clone()).collect();
     assert_eq!(
         ids,
@@ -143,7 +146,7 @@ async fn claim_due_orders_and_respects_the_limit(fresh: Fresh) {
             .all(|c| c.row_version == 1 && c.lease_until_ms == T0 + 500)
     );
     assert!(
-        s.claim_due(&w, T0, lease(500), limit(1))
+        s.claim_due(&w, ms(T0), lease(500), limit(1))
             .await
             .unwrap()
             .is_empty()
@@ -204,7 +207,9 @@ async fn a_corrupt_row_fails_the_whole_batch(fresh: Fresh) {
     )
     .await
     .unwrap();
-    let result = s.claim_due(&worker("w"), T0, lease(100), limit(10)).await;
+    let result = s
+        .claim_due(&worker("w"), ms(T0), lease(100), limit(10))
+        .await;
     assert_invalid(&result);
     for id in ["a", "c"] {
         let v = view(&fresh, id, T0).await;
@@ -218,7 +223,7 @@ async fn a_corrupt_row_fails_the_whole_batch(fresh: Fresh) {
     assert_eq!(raw_i64(&fresh, "lease_until_ms", "b").await, None);
     // Claiming the corrupt row by id is refused too, the others still work.
     let one = s
-        .claim_receipt(&rid("b"), &worker("w"), T0, lease(100))
+        .claim_receipt(&rid("b"), &worker("w"), ms(T0), lease(100))
         .await;
     assert_invalid(&one);
     raw_exec(
@@ -228,7 +233,7 @@ async fn a_corrupt_row_fails_the_whole_batch(fresh: Fresh) {
     .await
     .unwrap();
     let claims = s
-        .claim_due(&worker("w"), T0, lease(100), limit(10))
+        .claim_due(&worker("w"), ms(T0), lease(100), limit(10))
         .await
         .unwrap();
     assert_eq!(claims.len(), 3);
@@ -270,7 +275,7 @@ async fn racing_claimers_never_share_a_receipt(fresh: Fresh) {
             let mut mine = Vec::new();
             loop {
                 let got = s
-                    .claim_due(&worker(&format!("w{n}")), T0, lease(60_000), limit(3))
+                    .claim_due(&worker(&format!("w{n}")), ms(T0), lease(60_000), limit(3))
                     .await;
                 let got = got.expect("claim");
                 if got.is_empty() {
@@ -297,7 +302,8 @@ async fn racing_claimers_never_share_a_receipt(fresh: Fresh) {
         let s = fresh.store.clone();
         tasks.push(tokio::spawn(async move {
             let w = worker(&format!("w{n}"));
-            s.claim_receipt(&rid("one"), &w, T0, lease(60_000)).await
+            s.claim_receipt(&rid("one"), &w, ms(T0), lease(60_000))
+                .await
         }));
     }
     let mut claimed = 0;
@@ -318,13 +324,13 @@ async fn a_full_batch_is_1024_claims(fresh: Fresh) {
     enqueue_new(&fresh, &receipts, T0).await;
     let s = store(&fresh);
     let batch = s
-        .claim_due(&worker("w"), T0, lease(1_000), limit(1024))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(1024))
         .await
         .unwrap();
     assert_eq!(batch.len(), 1024);
     assert_eq!(batch[1023].receipt_id, "r1023");
     let rest = s
-        .claim_due(&worker("w"), T0, lease(1_000), limit(1024))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(1024))
         .await
         .unwrap();
     assert_eq!(rest.len(), 6);
@@ -334,26 +340,26 @@ async fn clock_and_lease_overflow_are_invalid_records(fresh: Fresh) {
     let s = store(&fresh);
     enqueue_new(&fresh, &[receipt("r")], T0).await;
     let w = worker("w");
-    let too_big = i64::MAX as u64 + 1;
-    assert_invalid(&s.claim_due(&w, too_big, lease(1), limit(1)).await);
-    assert_invalid(&s.claim_receipt(&rid("r"), &w, too_big, lease(1)).await);
-    assert_invalid(&s.claim_due(&w, u64::MAX, lease(1), limit(1)).await);
+    // A clock past the database's integers cannot reach the store (a
+    // `UnixMs` holds no such time); at their very end no lease fits.
+    assert_invalid(&s.claim_due(&w, UnixMs::MAX, lease(1), limit(1)).await);
+    assert_invalid(&s.claim_receipt(&rid("r"), &w, UnixMs::MAX, lease(1)).await);
     // now fits, now + lease does not.
     let edge = i64::MAX as u64 - 10;
-    assert_invalid(&s.claim_due(&w, edge, lease(11), limit(1)).await);
-    assert_invalid(&s.claim_receipt(&rid("r"), &w, edge, lease(11)).await);
-    assert_invalid(&s.enqueue(&[receipt("x")], too_big).await);
+    assert_invalid(&s.claim_due(&w, ms(edge), lease(11), limit(1)).await);
+    assert_invalid(&s.claim_receipt(&rid("r"), &w, ms(edge), lease(11)).await);
     // One item that does not fit refuses the whole enqueue: "x" is not stored.
+    let too_big = i64::MAX as u64 + 1;
     let mixed = [receipt("x"), receipt_with("y", too_big, None, None)];
-    assert_invalid(&s.enqueue(&mixed, T0).await);
-    let late = [receipt("x"), receipt_with("y", FIN, None, Some(too_big))];
-    assert_invalid(&s.enqueue(&late, T0).await);
-    assert_invalid(&s.receipt(&rid("r"), too_big).await);
+    assert_invalid(&s.enqueue(&mixed, ms(T0)).await);
     let v = view(&fresh, "r", T0).await;
     assert_eq!((v.state, v.row_version), (ReceiptState::Pending, 0));
-    assert!(s.receipt(&rid("x"), T0).await.unwrap().is_none());
+    assert!(s.receipt(&rid("x"), ms(T0)).await.unwrap().is_none());
     // The very edge still works: now + lease == i64::MAX.
-    let ok = s.claim_due(&w, edge, lease(10), limit(1)).await.unwrap();
+    let ok = s
+        .claim_due(&w, ms(edge), lease(10), limit(1))
+        .await
+        .unwrap();
     assert_eq!(ok[0].lease_until_ms.get(), i64::MAX as u64);
 }
 
@@ -367,8 +373,8 @@ async fn row_version_overflow_is_refused_and_changes_nothing(fresh: Fresh) {
     .await
     .unwrap();
     let w = worker("w");
-    assert_invalid(&s.claim_receipt(&rid("max"), &w, T0, lease(100)).await);
-    assert_invalid(&s.claim_due(&w, T0, lease(100), limit(10)).await);
+    assert_invalid(&s.claim_receipt(&rid("max"), &w, ms(T0), lease(100)).await);
+    assert_invalid(&s.claim_due(&w, ms(T0), lease(100), limit(10)).await);
     let v = view(&fresh, "max", T0).await;
     assert_eq!(
         (v.state, v.row_version),
@@ -381,7 +387,7 @@ async fn row_version_overflow_is_refused_and_changes_nothing(fresh: Fresh) {
         0,
         "the batch leased nothing"
     );
-    let result = s.claim_due(&w, T0, lease(100), limit(1)).await;
+    let result = s.claim_due(&w, ms(T0), lease(100), limit(1)).await;
     assert_eq!(
         result.map(|c| c[0].receipt_id.as_str().to_owned()).ok(),
         Some("a".to_owned())

@@ -20,7 +20,7 @@ fn state_sql(now: u64) -> String {
 /// Status at `now` must equal a recount of every row.
 async fn assert_exact(fresh: &Fresh, now: u64, step: &str) -> StatusView {
     let limit = 3;
-    let status = store(fresh).status(now, limit).await.unwrap();
+    let status = store(fresh).status(ms(now), limit).await.unwrap();
     for state in ReceiptState::ALL {
         let (sql_state, name) = (state_sql(now), state.as_str());
         let counted: Vec<i64> = raw_scalars(
@@ -96,7 +96,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     // An identical replay and a conflicting one change nothing.
     s.enqueue(
         &[batch[0].clone(), receipt_with("r01", FIN + 9, None, None)],
-        T0,
+        ms(T0),
     )
     .await
     .unwrap();
@@ -104,7 +104,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
 
     let one = claim(&fresh, "r00", "w", T0, 1_000).await;
     let many = s
-        .claim_due(&worker("w"), T0, lease(1_000), limit(8))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(8))
         .await
         .unwrap();
     assert_eq!(many.len(), 8);
@@ -123,7 +123,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
         (one.clone(), accepted("t1 again")),
     ];
     let routed = s
-        .record_claimed_outcomes(&leases(outcomes), policy, T0 + 1)
+        .record_claimed_outcomes(&leases(outcomes), policy, ms(T0 + 1))
         .await
         .unwrap();
     assert!(routed[..5].iter().all(Result::is_ok), "{routed:?}");
@@ -138,10 +138,10 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     assert_exact(&fresh, T0 + 2, "exhausted retry").await;
 
     let extended = s
-        .extend_lease(&many[5], lease(60_000), T0 + 3)
+        .extend_lease(&many[5], lease(60_000), ms(T0 + 3))
         .await
         .unwrap();
-    s.release_lease(&many[6], T0 + 3).await.unwrap();
+    s.release_lease(&many[6], ms(T0 + 3)).await.unwrap();
     assert_exact(&fresh, T0 + 3, "extend and release").await;
 
     // By the clock alone: the 1 s leases expire, the extended one does not.
@@ -149,7 +149,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     assert_eq!(expired.counts.leased, 1);
     // An expired lease taken over, and a retry claimed once it is due.
     let again = s
-        .claim_due(&worker("w2"), T0 + 1_000, lease(1_000), limit(2))
+        .claim_due(&worker("w2"), ms(T0 + 1_000), lease(1_000), limit(2))
         .await
         .unwrap();
     assert_eq!(again.len(), 2);
@@ -159,7 +159,7 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
         .unwrap();
     assert_exact(&fresh, T0 + 1_001, "retry of an extended lease").await;
 
-    let letter = s.redrive(&many[3].receipt_id, T0 + 2_000).await;
+    let letter = s.redrive(&many[3].receipt_id, ms(T0 + 2_000)).await;
     assert!(letter.unwrap().is_some());
     assert_exact(&fresh, T0 + 2_000, "redrive").await;
 
@@ -167,22 +167,25 @@ async fn counts_stay_exact_through_every_kind_of_write(fresh: Fresh) {
     // oldest due; a cancel moves receipts to their own bucket.
     let ids: Vec<_> = ["r07", "r08", "r09", "later"].map(rid).to_vec();
     let hold = OperatorAction::Hold { reason: None };
-    s.act(&hold, &ids[..2], None, T0 + 2_000, false)
+    s.act(&hold, &ids[..2], None, ms(T0 + 2_000), false)
         .await
         .unwrap();
     assert_exact(&fresh, T0 + 2_000, "hold").await;
     let cancel = OperatorAction::Cancel {
         reason: "stop".into(),
     };
-    let canceled = s.act(&cancel, &ids, None, T0 + 2_000, false).await.unwrap();
+    let canceled = s
+        .act(&cancel, &ids, None, ms(T0 + 2_000), false)
+        .await
+        .unwrap();
     assert!(canceled.iter().all(Result::is_ok), "{canceled:?}");
     let after = assert_exact(&fresh, T0 + 2_000, "cancel").await;
     assert!(after.counts.canceled >= 3, "{:?}", after.counts);
 
-    let purged = s.purge_finished(T0 + 10, 1).await.unwrap();
+    let purged = s.purge_finished(ms(T0 + 10), 1).await.unwrap();
     assert_eq!(purged, 1);
     assert_exact(&fresh, T0 + 2_000, "one purge").await;
-    s.purge_finished(T0 + 10, 100).await.unwrap();
+    s.purge_finished(ms(T0 + 10), 100).await.unwrap();
     assert_exact(&fresh, T0 + 2_000, "purge the rest").await;
     assert_exact(&fresh, T0 + 60_000, "much later").await;
 }
@@ -218,14 +221,14 @@ async fn scheduled_counts_never_attempted_receipts_until_they_are_visible(fresh:
         (1, 1)
     );
     let c = claim(&fresh, "now", "w", T0 + 10_002, 1_000).await;
-    s.release_lease(&c, T0 + 10_003).await.unwrap();
+    s.release_lease(&c, ms(T0 + 10_003)).await.unwrap();
     assert_exact(&fresh, T0 + 10_003, "released").await;
     let c = claim(&fresh, "past", "w", T0 + 10_004, 1_000).await;
     let dead = permanent(SettlementFailureCode::Signature, "y");
     record(&fresh, &c, &dead, RetryPolicy::default(), T0 + 10_005)
         .await
         .unwrap();
-    s.redrive(&rid("past"), T0 + 10_006).await.unwrap();
+    s.redrive(&rid("past"), ms(T0 + 10_006)).await.unwrap();
     assert_exact(&fresh, T0 + 10_006, "redriven").await;
     let hour = assert_exact(&fresh, T0 + 3_600_000, "the hour is up").await;
     assert_eq!(hour.counts.scheduled, 0);

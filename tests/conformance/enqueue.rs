@@ -12,11 +12,13 @@ async fn enqueue_is_created_then_existing_then_conflict(fresh: Fresh) {
     let obs = Some(json!({"amount": 5, "rail": "x"}));
     let first = receipt_with("r1", FIN, obs.clone(), None);
     assert_eq!(
-        s.enqueue(std::slice::from_ref(&first), T0).await.unwrap(),
+        s.enqueue(std::slice::from_ref(&first), ms(T0))
+            .await
+            .unwrap(),
         [Enqueued::Created]
     );
     assert_eq!(
-        s.enqueue_one(&first, T0 + 5).await.unwrap(),
+        s.enqueue_one(&first, ms(T0 + 5)).await.unwrap(),
         Enqueued::Existing
     );
 
@@ -25,7 +27,7 @@ async fn enqueue_is_created_then_existing_then_conflict(fresh: Fresh) {
     let no_obs = receipt_with("r1", FIN, None, None);
     for changed in [other_fin, other_obs, no_obs] {
         assert_eq!(
-            s.enqueue_one(&changed, T0 + 9).await.unwrap(),
+            s.enqueue_one(&changed, ms(T0 + 9)).await.unwrap(),
             Enqueued::Conflict,
             "{changed:?}"
         );
@@ -55,25 +57,34 @@ async fn identity_ignores_key_order_and_treats_absent_as_null(fresh: Fresh) {
         Some(json!({"b": {"d": 3, "c": 2}, "a": 1})),
         None,
     );
-    assert_eq!(s.enqueue_one(&a, T0).await.unwrap(), Enqueued::Created);
-    assert_eq!(s.enqueue_one(&b, T0).await.unwrap(), Enqueued::Existing);
+    assert_eq!(s.enqueue_one(&a, ms(T0)).await.unwrap(), Enqueued::Created);
+    assert_eq!(s.enqueue_one(&b, ms(T0)).await.unwrap(), Enqueued::Existing);
 
     // Absent first, explicit null later, and the other way round.
     let absent = receipt_with("n1", FIN, None, None);
     let null = receipt_with("n1", FIN, Some(json!(null)), None);
-    assert_eq!(s.enqueue_one(&absent, T0).await.unwrap(), Enqueued::Created);
-    assert_eq!(s.enqueue_one(&null, T0).await.unwrap(), Enqueued::Existing);
+    assert_eq!(
+        s.enqueue_one(&absent, ms(T0)).await.unwrap(),
+        Enqueued::Created
+    );
+    assert_eq!(
+        s.enqueue_one(&null, ms(T0)).await.unwrap(),
+        Enqueued::Existing
+    );
     let null2 = receipt_with("n2", FIN, Some(json!(null)), None);
     let absent2 = receipt_with("n2", FIN, None, None);
-    assert_eq!(s.enqueue_one(&null2, T0).await.unwrap(), Enqueued::Created);
     assert_eq!(
-        s.enqueue_one(&absent2, T0).await.unwrap(),
+        s.enqueue_one(&null2, ms(T0)).await.unwrap(),
+        Enqueued::Created
+    );
+    assert_eq!(
+        s.enqueue_one(&absent2, ms(T0)).await.unwrap(),
         Enqueued::Existing
     );
     // An explicit null is still different from an object.
     let object = receipt_with("n2", FIN, Some(json!({})), None);
     assert_eq!(
-        s.enqueue_one(&object, T0).await.unwrap(),
+        s.enqueue_one(&object, ms(T0)).await.unwrap(),
         Enqueued::Conflict
     );
 }
@@ -81,15 +92,18 @@ async fn identity_ignores_key_order_and_treats_absent_as_null(fresh: Fresh) {
 async fn visible_at_is_kept_exactly_and_is_not_identity(fresh: Fresh) {
     let s = store(&fresh);
     let later = receipt_with("later", FIN, None, Some(T0 + 500));
-    assert_eq!(s.enqueue_one(&later, T0).await.unwrap(), Enqueued::Created);
+    assert_eq!(
+        s.enqueue_one(&later, ms(T0)).await.unwrap(),
+        Enqueued::Created
+    );
     // Same identity with another (or no) visible_at: existing, visibility unchanged.
     let sooner = receipt_with("later", FIN, None, Some(T0));
     assert_eq!(
-        s.enqueue_one(&sooner, T0).await.unwrap(),
+        s.enqueue_one(&sooner, ms(T0)).await.unwrap(),
         Enqueued::Existing
     );
     assert_eq!(
-        s.enqueue_one(&receipt("later"), T0).await.unwrap(),
+        s.enqueue_one(&receipt("later"), ms(T0)).await.unwrap(),
         Enqueued::Existing
     );
     assert_eq!(
@@ -98,13 +112,13 @@ async fn visible_at_is_kept_exactly_and_is_not_identity(fresh: Fresh) {
     );
     let w = worker("w");
     assert!(
-        s.claim_due(&w, T0 + 499, lease(100), limit(10))
+        s.claim_due(&w, ms(T0 + 499), lease(100), limit(10))
             .await
             .unwrap()
             .is_empty()
     );
     let got = s
-        .claim_due(&w, T0 + 500, lease(100), limit(10))
+        .claim_due(&w, ms(T0 + 500), lease(100), limit(10))
         .await
         .unwrap();
     assert_eq!(got.len(), 1);
@@ -126,7 +140,7 @@ async fn past_visible_at_is_due_at_once_and_orders_the_queue(fresh: Fresh) {
         Some(5)
     );
     let got = s
-        .claim_due(&worker("w"), T0, lease(100), limit(10))
+        .claim_due(&worker("w"), ms(T0), lease(100), limit(10))
         .await
         .unwrap();
     let ids: Vec<&str> = got.iter().map(|c| c.receipt_id.as_str()).collect();
@@ -163,7 +177,7 @@ async fn finished_work_is_never_resurrected(fresh: Fresh) {
         .unwrap();
 
     let again = [receipt("done"), receipt("dead"), receipt("skip")];
-    let results = s.enqueue(&again, T0 + 10).await.unwrap();
+    let results = s.enqueue(&again, ms(T0 + 10)).await.unwrap();
     assert_eq!(results, [Enqueued::Existing; 3]);
     assert_eq!(state(&fresh, "done", T0 + 10).await, ReceiptState::Settled);
     assert_eq!(
@@ -172,7 +186,7 @@ async fn finished_work_is_never_resurrected(fresh: Fresh) {
     );
     assert_eq!(state(&fresh, "skip", T0 + 10).await, ReceiptState::Skipped);
     assert!(
-        s.claim_due(&worker("w"), T0 + 10, lease(100), limit(10))
+        s.claim_due(&worker("w"), ms(T0 + 10), lease(100), limit(10))
             .await
             .unwrap()
             .is_empty()
@@ -190,7 +204,7 @@ async fn batch_judges_each_receipt_including_duplicates(fresh: Fresh) {
         receipt("new-1"),
         receipt_with("new-2", FIN, Some(json!({"k": 1})), None),
     ];
-    let results = s.enqueue(&batch, T0 + 1).await.unwrap();
+    let results = s.enqueue(&batch, ms(T0 + 1)).await.unwrap();
     use Enqueued::*;
     assert_eq!(
         results,
@@ -200,7 +214,7 @@ async fn batch_judges_each_receipt_including_duplicates(fresh: Fresh) {
     assert_eq!((v.finalized_at, v.observation), (FIN, None));
     assert_eq!(v.next_visible_at_ms, Some(T0 + 1));
     let claims = s
-        .claim_due(&worker("w"), T0 + 1, lease(10), limit(10))
+        .claim_due(&worker("w"), ms(T0 + 1), lease(10), limit(10))
         .await
         .unwrap();
     assert_eq!(claims.len(), 3);
@@ -228,7 +242,7 @@ async fn new_receipt_starts_pending_with_zero_counters(fresh: Fresh) {
     assert_eq!(c.observation, Some(obs));
     assert!(
         store(&fresh)
-            .receipt(&rid("unknown"), T0)
+            .receipt(&rid("unknown"), ms(T0))
             .await
             .unwrap()
             .is_none()
@@ -284,7 +298,7 @@ async fn ids_order_by_their_bytes(fresh: Fresh) {
     let mut sorted = ids.map(str::to_owned).to_vec();
     sorted.sort();
     enqueue_new(&fresh, &ids.map(receipt), T0).await;
-    let status = store(&fresh).status(T0, 100).await.unwrap();
+    let status = store(&fresh).status(ms(T0), 100).await.unwrap();
     let sample: Vec<_> = status.samples[&ReceiptState::Pending]
         .receipts
         .iter()
@@ -292,7 +306,7 @@ async fn ids_order_by_their_bytes(fresh: Fresh) {
         .collect();
     assert_eq!(sample, sorted, "status sample order");
     let claims = store(&fresh)
-        .claim_due(&worker("w"), T0, lease(1_000), limit(100))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(100))
         .await
         .unwrap();
     let claimed: Vec<_> = claims

@@ -101,13 +101,13 @@ async fn every_kind_of_entry_comes_in_commit_order(fresh: Fresh) {
     )
     .await
     .unwrap();
-    s.release_lease(&cb, T0 + 2).await.unwrap();
+    s.release_lease(&cb, ms(T0 + 2)).await.unwrap();
     let cc = claim(&fresh, "c", "w3", T0 + 3, 1_000).await;
     let dead = permanent(SettlementFailureCode::Signature, "no");
     record(&fresh, &cc, &dead, RetryPolicy::default(), T0 + 4)
         .await
         .unwrap();
-    s.redrive(&rid("c"), T0 + 5)
+    s.redrive(&rid("c"), ms(T0 + 5))
         .await
         .unwrap()
         .expect("redriven");
@@ -225,7 +225,7 @@ async fn retention_tells_a_reader_it_fell_behind(fresh: Fresh) {
     settle(&fresh, "new", T0 + 5_000).await;
 
     // A reader that has read old-1 only, and one that read nothing.
-    assert_eq!(s.purge_finished(T0 + 100, 100).await.unwrap(), 2);
+    assert_eq!(s.purge_finished(ms(T0 + 100), 100).await.unwrap(), 2);
     let horizon = match s.history_feed(at(&first[0].cursor), 10).await.unwrap() {
         FeedRead::Expired { horizon } => horizon,
         other => panic!("old-2's entry is gone unread: {other:?}"),
@@ -244,7 +244,7 @@ async fn retention_tells_a_reader_it_fell_behind(fresh: Fresh) {
     );
     // A reader that had read everything purged goes on unaffected.
     let (_, tip) = page(&fresh, FeedStart::Latest, 10).await;
-    assert_eq!(s.purge_finished(T0 + 10_000, 100).await.unwrap(), 0);
+    assert_eq!(s.purge_finished(ms(T0 + 10_000), 100).await.unwrap(), 0);
     let (none, same) = page(&fresh, FeedStart::After(tip), 10).await;
     assert_eq!((none.len(), same), (0, tip));
 }
@@ -258,13 +258,13 @@ async fn retention_keeps_the_newest_entry_so_positions_are_never_reused(fresh: F
     settle(&fresh, "a", T0).await;
     settle(&fresh, "b", T0).await;
     let (_, tip) = follow(&fresh, FeedStart::Beginning, 2, 10).await;
-    assert_eq!(s.purge_finished(T0 + 100, 100).await.unwrap(), 1);
-    assert!(s.receipt(&rid("b"), T0).await.unwrap().is_some());
+    assert_eq!(s.purge_finished(ms(T0 + 100), 100).await.unwrap(), 1);
+    assert!(s.receipt(&rid("b"), ms(T0)).await.unwrap().is_some());
     retry(&fresh, "c", T0 + 200).await;
     let (entries, _) = follow(&fresh, FeedStart::After(tip), 1, 10).await;
     assert_eq!(pairs(&entries), expect(&[("c", "retryable")]));
     // Now b's entry is not the newest and may go.
-    assert_eq!(s.purge_finished(T0 + 100, 100).await.unwrap(), 1);
+    assert_eq!(s.purge_finished(ms(T0 + 100), 100).await.unwrap(), 1);
     retry(&fresh, "c", T0 + 1_200).await;
     let (entries, _) = follow(&fresh, FeedStart::After(tip), 2, 10).await;
     assert_eq!(

@@ -33,14 +33,14 @@ fn one(name: &str) -> GroupQuery {
 
 async fn set(fresh: &Fresh, name: &str, limits: GroupLimits, now: u64) {
     store(fresh)
-        .set_group(&group(name), &limits, now)
+        .set_group(&group(name), &limits, ms(now))
         .await
         .expect("set limits");
 }
 
 async fn claim_n(fresh: &Fresh, n: usize, now: u64, only: &[GroupName]) -> Vec<String> {
     let due = store(fresh)
-        .claim_from(&worker("w"), now, lease(600_000), limit(n), only)
+        .claim_from(&worker("w"), ms(now), lease(600_000), limit(n), only)
         .await
         .expect("claim");
     due.claims
@@ -62,12 +62,12 @@ async fn the_group_is_part_of_the_identity_and_shown(fresh: Fresh) {
     )
     .await;
     let again = s
-        .enqueue(&[in_group("r", "rail:ach", T0)], T0)
+        .enqueue(&[in_group("r", "rail:ach", T0)], ms(T0))
         .await
         .unwrap();
     assert_eq!(again, vec![Enqueued::Existing]);
     let moved = s
-        .enqueue(&[in_group("r", "rail:sepa", T0)], T0)
+        .enqueue(&[in_group("r", "rail:sepa", T0)], ms(T0))
         .await
         .unwrap();
     assert_eq!(
@@ -75,7 +75,7 @@ async fn the_group_is_part_of_the_identity_and_shown(fresh: Fresh) {
         vec![Enqueued::Conflict],
         "another group is another receipt"
     );
-    let defaulted = s.enqueue(&[receipt("r")], T0).await.unwrap();
+    let defaulted = s.enqueue(&[receipt("r")], ms(T0)).await.unwrap();
     assert_eq!(defaulted, vec![Enqueued::Conflict]);
     assert_eq!(view(&fresh, "r", T0).await.group, "rail:ach");
     assert_eq!(view(&fresh, "plain", T0).await.group, "default");
@@ -102,7 +102,7 @@ async fn the_group_is_part_of_the_identity_and_shown(fresh: Fresh) {
         exact: false,
         depth: true,
     };
-    let listed = s.groups(T0, &all).await.unwrap();
+    let listed = s.groups(ms(T0), &all).await.unwrap();
     let names: Vec<&str> = listed.iter().map(|g| g.group.as_str()).collect();
     assert_eq!(names, ["default", "rail:ach"]);
 }
@@ -129,7 +129,7 @@ async fn a_small_group_gets_its_share_from_the_first_claim(fresh: Fresh) {
     assert_eq!(count(&got, "merchant:big"), 10, "the small group is empty");
     // Within a group, the oldest due first.
     let c = store(&fresh)
-        .claim_due(&worker("w"), T0, lease(1000), limit(1))
+        .claim_due(&worker("w"), ms(T0), lease(1000), limit(1))
         .await
         .unwrap();
     assert_eq!(c[0].receipt_id, "big-0020");
@@ -192,7 +192,7 @@ async fn a_paused_group_keeps_its_times_and_resumes_without_redrive(fresh: Fresh
     };
     set(&fresh, "rail:ach", paused, T0).await;
     let due = s
-        .claim_from(&worker("w"), T0, lease(1000), limit(10), &[])
+        .claim_from(&worker("w"), ms(T0), lease(1000), limit(10), &[])
         .await
         .unwrap();
     assert_eq!(due.claims.len(), 1, "only the default group's receipt");
@@ -203,7 +203,7 @@ async fn a_paused_group_keeps_its_times_and_resumes_without_redrive(fresh: Fresh
     );
     let before = view(&fresh, "p1", T0).await;
     assert_eq!(before.next_visible_at_ms, Some(T0 - 5));
-    let listed = s.groups(T0 + 100, &one("rail:ach")).await.unwrap();
+    let listed = s.groups(ms(T0 + 100), &one("rail:ach")).await.unwrap();
     assert!(listed[0].paused);
     assert_eq!((listed[0].depth, listed[0].leased), (Some(2), 0));
     assert_eq!(listed[0].oldest_due_age_ms, 105);
@@ -229,7 +229,7 @@ async fn max_leased_caps_live_leases_and_frees_as_they_end(fresh: Fresh) {
     set(&fresh, "rail:card", capped, T0).await;
     let s = store(&fresh);
     let first = s
-        .claim_from(&worker("w"), T0, lease(1_000), limit(10), &[])
+        .claim_from(&worker("w"), ms(T0), lease(1_000), limit(10), &[])
         .await
         .unwrap();
     assert_eq!(first.claims.len(), 3);
@@ -292,7 +292,13 @@ async fn max_leased_holds_under_racing_workers_and_replicas(fresh: Fresh) {
                 let mut mine = Vec::new();
                 for _ in 0..6 {
                     let due = s
-                        .claim_from(&worker(&format!("w{w}")), T0, lease(600_000), limit(3), &[])
+                        .claim_from(
+                            &worker(&format!("w{w}")),
+                            ms(T0),
+                            lease(600_000),
+                            limit(3),
+                            &[],
+                        )
                         .await
                         .expect("claim");
                     mine.extend(due.claims);
@@ -304,7 +310,11 @@ async fn max_leased_holds_under_racing_workers_and_replicas(fresh: Fresh) {
         while let Some(mine) = tasks.join_next().await {
             held.extend(mine.unwrap());
         }
-        let live = store(&fresh).groups(T0, &one("rail:wire")).await.unwrap()[0].leased;
+        let live = store(&fresh)
+            .groups(ms(T0), &one("rail:wire"))
+            .await
+            .unwrap()[0]
+            .leased;
         assert_eq!(live, 7, "phase {phase}: the cap is reached, never passed");
         assert_eq!(held.len(), 7, "phase {phase}: claims granted");
         for c in held.drain(..5) {
@@ -332,7 +342,7 @@ async fn a_rate_limit_holds_within_ten_percent_over_ten_seconds(fresh: Fresh) {
     for step in 0..=500 {
         let now = T0 + step * 20;
         let due = s
-            .claim_from(&worker("w"), now, lease(600_000), limit(5), &[])
+            .claim_from(&worker("w"), ms(now), lease(600_000), limit(5), &[])
             .await
             .unwrap();
         claimed += due.claims.len();

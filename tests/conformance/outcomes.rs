@@ -201,7 +201,7 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
     let ids = ["a", "b", "c", "d"];
     enqueue_new(&fresh, &ids.map(receipt), T0).await;
     let claims = store(&fresh)
-        .claim_due(&worker("w"), T0, lease(1_000), limit(4))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(4))
         .await
         .unwrap();
     let [a, b, c, d] = [0, 1, 2, 3].map(|i| claims[i].clone());
@@ -218,7 +218,7 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
         ),
     ];
     let results = store(&fresh)
-        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), T0 + 10)
+        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), ms(T0 + 10))
         .await
         .unwrap();
     assert_eq!(results.len(), 5);
@@ -250,7 +250,7 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
     }
     assert!(
         store(&fresh)
-            .record_claimed_outcomes(&[], RetryPolicy::default(), T0)
+            .record_claimed_outcomes(&[], RetryPolicy::default(), ms(T0))
             .await
             .unwrap()
             .is_empty()
@@ -270,7 +270,7 @@ async fn a_write_the_database_refuses_fails_that_item_alone(fresh: Fresh) {
     let ids = ["a", "bad", "c"];
     enqueue_new(&fresh, &ids.map(receipt), T0).await;
     let claims = store(&fresh)
-        .claim_due(&worker("w"), T0, lease(1_000), limit(3))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(3))
         .await
         .unwrap();
     let [a, bad, c] = [0, 1, 2].map(|i| claims[i].clone());
@@ -299,7 +299,7 @@ async fn a_write_the_database_refuses_fails_that_item_alone(fresh: Fresh) {
         (c, rpc("x")),
     ];
     let results = store(&fresh)
-        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), T0 + 1)
+        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), ms(T0 + 1))
         .await
         .unwrap();
     assert_eq!(results[0], Ok(Route::NoAction));
@@ -323,12 +323,12 @@ async fn a_write_the_database_refuses_fails_that_item_alone(fresh: Fresh) {
     assert_eq!(before.state, ReceiptState::Leased);
     // Its lease still holds: a release by the same claim is taken.
     store(&fresh)
-        .release_lease(&bad.claim, T0 + 2)
+        .release_lease(&bad.claim, ms(T0 + 2))
         .await
         .unwrap();
     assert_eq!(state(&fresh, "bad", T0 + 2).await, ReceiptState::Pending);
     // The counts moved for what was written, and only for that.
-    let counts = store(&fresh).status(T0 + 2, 3).await.unwrap().counts;
+    let counts = store(&fresh).status(ms(T0 + 2), 3).await.unwrap().counts;
     let expected = [
         (ReceiptState::Pending, 1),
         (ReceiptState::Leased, 0),
@@ -367,7 +367,7 @@ async fn a_rails_retry_after_lengthens_the_wait_up_to_the_cap(fresh: Fresh) {
         (claims[2].clone(), after(u64::from(u32::MAX))),
     ];
     let results = store(&fresh)
-        .record_claimed_outcomes(&leases(batch), policy, T0 + 2)
+        .record_claimed_outcomes(&leases(batch), policy, ms(T0 + 2))
         .await
         .unwrap();
     assert_eq!(

@@ -4,6 +4,7 @@
 //! themselves are proven on every backend by `store_conformance`.
 
 use crate::common;
+use crate::common::ms;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -67,15 +68,18 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
     };
     let s = fresh.store.as_ref();
     let w = worker("w1");
-    s.enqueue_one(&receipt("r-1"), T0).await.unwrap();
-    let first = s.claim_due(&w, T0, lease(1_000), limit(8)).await.unwrap();
+    s.enqueue_one(&receipt("r-1"), ms(T0)).await.unwrap();
+    let first = s
+        .claim_due(&w, ms(T0), lease(1_000), limit(8))
+        .await
+        .unwrap();
     assert_eq!(first.len(), 1);
     let fail = Outcome::Retryable {
         reason: SettlementFailureReason::new(SettlementFailureCode::Rpc, "timeout"),
         retry_after_ms: None,
     };
     let route = s
-        .record_claimed_outcome(&first[0], &fail, RetryPolicy::default(), T0 + 10)
+        .record_claimed_outcome(&first[0], &fail, RetryPolicy::default(), ms(T0 + 10))
         .await
         .unwrap();
     assert_eq!(
@@ -86,13 +90,13 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
         }
     );
     assert!(
-        s.claim_due(&w, T0 + 259, lease(1_000), limit(8))
+        s.claim_due(&w, ms(T0 + 259), lease(1_000), limit(8))
             .await
             .unwrap()
             .is_empty()
     );
     let second = s
-        .claim_due(&w, T0 + 260, lease(1_000), limit(8))
+        .claim_due(&w, ms(T0 + 260), lease(1_000), limit(8))
         .await
         .unwrap();
     assert_eq!((second[0].attempts, second[0].row_version.get()), (1, 2));
@@ -102,18 +106,18 @@ async fn a_receipt_retries_then_settles_and_stale_commits_conflict() {
         transcript_id: TranscriptId::parse("tx-9").unwrap(),
     };
     let stale = s
-        .record_claimed_outcome(&first[0], &accepted, RetryPolicy::default(), T0 + 300)
+        .record_claimed_outcome(&first[0], &accepted, RetryPolicy::default(), ms(T0 + 300))
         .await
         .unwrap_err();
     assert_eq!(stale.class(), StoreErrorClass::Conflict);
     let route = s
-        .record_claimed_outcome(&second[0], &accepted, RetryPolicy::default(), T0 + 300)
+        .record_claimed_outcome(&second[0], &accepted, RetryPolicy::default(), ms(T0 + 300))
         .await
         .unwrap();
     assert_eq!(route, Route::NoAction);
 
     let view = s
-        .receipt(&ReceiptId::parse("r-1").unwrap(), T0 + 400)
+        .receipt(&ReceiptId::parse("r-1").unwrap(), ms(T0 + 400))
         .await
         .unwrap()
         .unwrap();
@@ -150,19 +154,19 @@ async fn work_on_one_replica_wakes_long_polls_on_another() {
     let s = b.clone();
     assert!(
         woken_by(a.work_notifier(), async move {
-            s.enqueue_one(&receipt("r-1"), T0).await.unwrap();
+            s.enqueue_one(&receipt("r-1"), ms(T0)).await.unwrap();
         })
         .await
     );
     let claim = b
-        .claim_due(&worker("w"), T0, lease(1_000), limit(1))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(1))
         .await
         .unwrap()
         .remove(0);
     let s = b.clone();
     assert!(
         woken_by(a.work_notifier(), async move {
-            s.release_lease(&claim, T0 + 1).await.unwrap();
+            s.release_lease(&claim, ms(T0 + 1)).await.unwrap();
         })
         .await
     );
@@ -193,7 +197,7 @@ async fn wakeups_survive_a_dropped_listener_connection() {
     let s = b.clone();
     assert!(
         woken_by(a.work_notifier(), async move {
-            s.enqueue_one(&receipt("r-2"), T0).await.unwrap();
+            s.enqueue_one(&receipt("r-2"), ms(T0)).await.unwrap();
         })
         .await
     );
@@ -205,7 +209,7 @@ async fn racing_replicas_never_claim_the_same_receipt() {
         return;
     };
     let receipts: Vec<_> = (0..200).map(|i| receipt(&format!("r-{i:03}"))).collect();
-    fresh.store.enqueue(&receipts, T0).await.unwrap();
+    fresh.store.enqueue(&receipts, ms(T0)).await.unwrap();
     let mut replicas = vec![fresh.store.clone()];
     for _ in 0..3 {
         replicas.push(replica(&fresh.url).await);
@@ -219,7 +223,7 @@ async fn racing_replicas_never_claim_the_same_receipt() {
                 let mut mine = Vec::new();
                 loop {
                     let got = store
-                        .claim_due(&w, T0, lease(60_000), limit(7))
+                        .claim_due(&w, ms(T0), lease(60_000), limit(7))
                         .await
                         .unwrap();
                     if got.is_empty() {
@@ -335,11 +339,11 @@ async fn an_unreachable_server_fails_fast_with_a_backend_error() {
 /// the store must still judge each item of a batch on its own.
 async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
     let s = fresh.store.as_ref();
-    s.enqueue(&[receipt("r-1"), receipt("r-2")], T0)
+    s.enqueue(&[receipt("r-1"), receipt("r-2")], ms(T0))
         .await
         .unwrap();
     let claims = s
-        .claim_due(&worker("w"), T0, lease(1_000), limit(2))
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(2))
         .await
         .unwrap();
     // A digest that is not 64 hex characters: the CHECK constraint refuses it.
@@ -357,7 +361,7 @@ async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
         .record_claimed_outcomes(
             &crate::support::leases(batch.to_vec()),
             RetryPolicy::default(),
-            T0 + 1,
+            ms(T0 + 1),
         )
         .await
         .unwrap();
@@ -367,7 +371,7 @@ async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
     );
     assert_eq!(results[1], Ok(Route::NoAction));
     let first = s
-        .receipt(&ReceiptId::parse("r-1").unwrap(), T0 + 1)
+        .receipt(&ReceiptId::parse("r-1").unwrap(), ms(T0 + 1))
         .await
         .unwrap()
         .unwrap();
@@ -377,7 +381,7 @@ async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
         "the refused item changed nothing"
     );
     let second = s
-        .receipt(&ReceiptId::parse("r-2").unwrap(), T0 + 1)
+        .receipt(&ReceiptId::parse("r-2").unwrap(), ms(T0 + 1))
         .await
         .unwrap()
         .unwrap();
@@ -462,17 +466,17 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
     let s = store.as_ref();
     let ids: Vec<String> = (0..6).map(|i| format!("r-{i}")).collect();
     let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
-    s.enqueue(&receipts, T0).await.unwrap();
+    s.enqueue(&receipts, ms(T0)).await.unwrap();
     let claims = s
-        .claim_due(&worker("w"), T0, lease(60_000), limit(6))
+        .claim_due(&worker("w"), ms(T0), lease(60_000), limit(6))
         .await
         .unwrap();
     assert_eq!(claims.len(), 6);
     // r-5 is released and claimed again: its first claim is stale.
     let stale = claims[5].clone();
-    s.release_lease(&stale, T0 + 1).await.unwrap();
+    s.release_lease(&stale, ms(T0 + 1)).await.unwrap();
     let fresh_claim = s
-        .claim_due(&worker("w"), T0 + 2, lease(60_000), limit(1))
+        .claim_due(&worker("w"), ms(T0 + 2), lease(60_000), limit(1))
         .await
         .unwrap()
         .remove(0);
@@ -489,14 +493,14 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
         "SELECT 1 FROM receipts WHERE receipt_id = 'r-0' FOR UPDATE",
     )
     .await;
-    let held = queued(s.record_claimed_outcome(&claims[0], &accepted, policy, at)).await;
+    let held = queued(s.record_claimed_outcome(&claims[0], &accepted, policy, ms(at))).await;
     until_a_write_waits_for_a_lock(&mut admin).await;
     let mut group = Vec::new();
     for claim in &claims[1..5] {
-        group.push(queued(s.record_claimed_outcome(claim, &accepted, policy, at)).await);
+        group.push(queued(s.record_claimed_outcome(claim, &accepted, policy, ms(at))).await);
     }
-    group.push(queued(s.record_claimed_outcome(&stale, &accepted, policy, at)).await);
-    group.push(queued(s.record_claimed_outcome(&fresh_claim, &accepted, policy, at)).await);
+    group.push(queued(s.record_claimed_outcome(&stale, &accepted, policy, ms(at))).await);
+    group.push(queued(s.record_claimed_outcome(&fresh_claim, &accepted, policy, ms(at))).await);
     sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
 
     assert_eq!(held.await, Ok(Route::NoAction));
@@ -513,7 +517,7 @@ async fn queued_outcomes_share_a_transaction_and_a_stale_one_is_refused_alone() 
     assert_eq!(answers[5], Ok(Route::NoAction));
     for id in &ids {
         let view = s
-            .receipt(&ReceiptId::parse(id).unwrap(), at)
+            .receipt(&ReceiptId::parse(id).unwrap(), ms(at))
             .await
             .unwrap()
             .unwrap();
@@ -542,15 +546,15 @@ async fn queued_claims_share_a_statement_in_arrival_order() {
     let store = single_writer_store(&url).await;
     let s = store.as_ref();
     let receipts: Vec<_> = (0..10).map(|i| receipt(&format!("r-{i}"))).collect();
-    s.enqueue(&receipts, T0).await.unwrap();
+    s.enqueue(&receipts, ms(T0)).await.unwrap();
 
     // Hold the table so that the first claim waits and the others queue.
     let (mut admin, mut holder) = holding(&url, "LOCK TABLE receipts IN EXCLUSIVE MODE").await;
     let (a, b, c) = (worker("a"), worker("b"), worker("c"));
-    let first = queued(s.claim_due(&a, T0, lease(60_000), limit(2))).await;
+    let first = queued(s.claim_due(&a, ms(T0), lease(60_000), limit(2))).await;
     until_a_write_waits_for_a_lock(&mut admin).await;
-    let second = queued(s.claim_due(&b, T0, lease(60_000), limit(3))).await;
-    let third = queued(s.claim_due(&c, T0, lease(60_000), limit(10))).await;
+    let second = queued(s.claim_due(&b, ms(T0), lease(60_000), limit(3))).await;
+    let third = queued(s.claim_due(&c, ms(T0), lease(60_000), limit(10))).await;
     sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
 
     let ids = |claims: Vec<settled::domain::Claimed>, who: &str| {

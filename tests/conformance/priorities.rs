@@ -22,7 +22,7 @@ fn ranked(id: &str, group: &str, priority: i64, visible: u64) -> NewReceipt {
 /// The ids one batch claim of `n` hands out, in the order it hands them out.
 async fn claim_ids(fresh: &Fresh, n: usize, now: u64) -> Vec<String> {
     store(fresh)
-        .claim_from(&worker("w"), now, lease(600_000), limit(n), &[])
+        .claim_from(&worker("w"), ms(now), lease(600_000), limit(n), &[])
         .await
         .expect("claim")
         .claims
@@ -92,7 +92,7 @@ async fn priorities_do_not_change_how_groups_share_a_claim(fresh: Fresh) {
     let a_only = store(&fresh)
         .claim_from(
             &worker("w"),
-            T0,
+            ms(T0),
             lease(600_000),
             limit(3),
             &[GroupName::parse("rail:a").unwrap()],
@@ -116,20 +116,20 @@ async fn the_priority_is_part_of_the_identity_and_shown(fresh: Fresh) {
     )
     .await;
     assert_eq!(
-        s.enqueue(&[ranked("r", "default", 7, T0)], T0)
+        s.enqueue(&[ranked("r", "default", 7, T0)], ms(T0))
             .await
             .unwrap(),
         vec![Enqueued::Existing]
     );
     assert_eq!(
-        s.enqueue(&[ranked("r", "default", 8, T0)], T0)
+        s.enqueue(&[ranked("r", "default", 8, T0)], ms(T0))
             .await
             .unwrap(),
         vec![Enqueued::Conflict],
         "another priority is another receipt"
     );
     assert_eq!(
-        s.enqueue(&[receipt("r")], T0).await.unwrap(),
+        s.enqueue(&[receipt("r")], ms(T0)).await.unwrap(),
         vec![Enqueued::Conflict]
     );
     assert_eq!(view(&fresh, "r", T0).await.priority, 7);
@@ -148,7 +148,7 @@ async fn the_priority_is_part_of_the_identity_and_shown(fresh: Fresh) {
                 ..ReceiptFilter::default()
             },
             &page,
-            T0,
+            ms(T0),
         )
         .await
         .unwrap();
@@ -169,7 +169,7 @@ async fn groups_at(fresh: &Fresh, now: u64) -> Vec<(String, Option<u64>, u64, u6
         depth: true,
     };
     store(fresh)
-        .groups(now, &all)
+        .groups(ms(now), &all)
         .await
         .expect("groups")
         .into_iter()

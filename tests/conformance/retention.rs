@@ -6,7 +6,7 @@ use crate::on_every_backend;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Fresh, raw_exec};
+use crate::common::{Fresh, ms, raw_exec};
 use settled::clock::ManualClock;
 use settled::domain::*;
 use settled::store::{NewReceipt, ReceiptState};
@@ -27,13 +27,13 @@ fn receipt(id: &str) -> NewReceipt {
 
 async fn finish(fresh: &Fresh, id: &str, outcome: Outcome, at: u64) {
     let store = fresh.store.as_ref();
-    store.enqueue(&[receipt(id)], at).await.unwrap();
+    store.enqueue(&[receipt(id)], ms(at)).await.unwrap();
     let worker = WorkerId::parse("w").unwrap();
     let claim = match store
         .claim_receipt(
             &ReceiptId::parse(id).unwrap(),
             &worker,
-            at,
+            ms(at),
             LeaseMs::try_from(1000).unwrap(),
         )
         .await
@@ -43,7 +43,7 @@ async fn finish(fresh: &Fresh, id: &str, outcome: Outcome, at: u64) {
         other => panic!("{other:?}"),
     };
     store
-        .record_claimed_outcome(&claim, &outcome, RetryPolicy::default(), at)
+        .record_claimed_outcome(&claim, &outcome, RetryPolicy::default(), ms(at))
         .await
         .unwrap();
 }
@@ -57,7 +57,7 @@ fn accepted() -> Outcome {
 async fn state(fresh: &Fresh, id: &str) -> Option<ReceiptState> {
     fresh
         .store
-        .receipt(&ReceiptId::parse(id).unwrap(), T * 10)
+        .receipt(&ReceiptId::parse(id).unwrap(), ms(T * 10))
         .await
         .unwrap()
         .map(|v| v.state)
@@ -85,12 +85,12 @@ async fn retention_removes_only_old_finished_receipts(fresh: Fresh) {
     finish(&fresh, "old-retry", rpc, T).await;
     fresh
         .store
-        .enqueue(&[receipt("old-pending")], T)
+        .enqueue(&[receipt("old-pending")], ms(T))
         .await
         .unwrap();
     fresh
         .store
-        .enqueue(&[receipt("old-leased")], T)
+        .enqueue(&[receipt("old-leased")], ms(T))
         .await
         .unwrap();
     let worker = WorkerId::parse("w").unwrap();
@@ -99,7 +99,7 @@ async fn retention_removes_only_old_finished_receipts(fresh: Fresh) {
         .claim_receipt(
             &ReceiptId::parse("old-leased").unwrap(),
             &worker,
-            T,
+            ms(T),
             LeaseMs::try_from(86_400_000).unwrap(),
         )
         .await
@@ -155,14 +155,14 @@ async fn retention_removes_only_old_finished_receipts(fresh: Fresh) {
 async fn retention_works_through_many_batches(fresh: Fresh) {
     let n = settled::retention::BATCH * 2 + 7;
     let receipts: Vec<_> = (0..n).map(|i| receipt(&format!("r{i:05}"))).collect();
-    fresh.store.enqueue(&receipts, T).await.unwrap();
+    fresh.store.enqueue(&receipts, ms(T)).await.unwrap();
     let worker = WorkerId::parse("w").unwrap();
     let lease = LeaseMs::try_from(1000).unwrap();
     let mut items = Vec::new();
     while items.len() < n {
         let claims = fresh
             .store
-            .claim_due(&worker, T, lease, ClaimLimit::try_from(1024).unwrap())
+            .claim_due(&worker, ms(T), lease, ClaimLimit::try_from(1024).unwrap())
             .await
             .unwrap();
         items.extend(claims.into_iter().map(|c| (c, accepted())));
@@ -173,7 +173,7 @@ async fn retention_works_through_many_batches(fresh: Fresh) {
             .record_claimed_outcomes(
                 &crate::support::leases(chunk.to_vec()),
                 RetryPolicy::default(),
-                T,
+                ms(T),
             )
             .await
             .unwrap()
@@ -188,7 +188,10 @@ async fn retention_works_through_many_batches(fresh: Fresh) {
     // The receipt holding the newest history entry stays until a newer
     // entry exists (docs/operators.md, "Follow every outcome").
     assert_eq!(removed, n as u64 - 1);
-    assert_eq!(fresh.store.status(T, 1).await.unwrap().counts.settled, 1);
+    assert_eq!(
+        fresh.store.status(ms(T), 1).await.unwrap().counts.settled,
+        1
+    );
 }
 
 on_every_backend!(

@@ -128,7 +128,7 @@ async fn collect(
             after: after.take(),
         };
         let found = store(fresh)
-            .find_receipts(filter, &page, NOW)
+            .find_receipts(filter, &page, ms(NOW))
             .await
             .expect("search");
         assert!(found.receipts.len() <= limit, "{filter:?}: page over limit");
@@ -266,7 +266,7 @@ async fn a_found_receipt_shows_its_lease_failure_and_finish(fresh: Fresh) {
         after: None,
     };
     let found = store(&fresh)
-        .find_receipts(&ReceiptFilter::default(), &page, NOW)
+        .find_receipts(&ReceiptFilter::default(), &page, ms(NOW))
         .await
         .unwrap();
     assert_eq!(found.receipts.len(), 10);
@@ -309,7 +309,7 @@ async fn a_found_receipt_shows_its_lease_failure_and_finish(fresh: Fresh) {
         .claim
         .lease_token;
     let found = store(&fresh)
-        .find_receipts(&ReceiptFilter::default(), &page, NOW)
+        .find_receipts(&ReceiptFilter::default(), &page, ms(NOW))
         .await
         .unwrap();
     assert!(!format!("{found:?}").contains(token.as_str()));
@@ -337,7 +337,7 @@ async fn a_page_examines_a_bounded_number_of_rows(fresh: Fresh) {
                 limit: 10,
                 after: None,
             },
-            NOW,
+            ms(NOW),
         )
         .await
         .unwrap();
@@ -495,7 +495,7 @@ async fn a_search_by_code_finds_receipts_that_failed_once(fresh: Fresh) {
         .await
         .unwrap();
     store(&fresh)
-        .redrive(&rid("redriven"), T0 + 20_000)
+        .redrive(&rid("redriven"), ms(T0 + 20_000))
         .await
         .unwrap()
         .expect("dead-lettered");
@@ -510,7 +510,7 @@ async fn a_search_by_code_finds_receipts_that_failed_once(fresh: Fresh) {
         after: None,
     };
     let settled = store(&fresh)
-        .find_receipts(&find(SettlementFailureCode::Rpc), &page, now)
+        .find_receipts(&find(SettlementFailureCode::Rpc), &page, ms(now))
         .await
         .unwrap();
     let states: Vec<_> = settled
@@ -524,7 +524,7 @@ async fn a_search_by_code_finds_receipts_that_failed_once(fresh: Fresh) {
         ..find(code)
     };
     let found = store(&fresh)
-        .find_receipts(&pending, &page, now)
+        .find_receipts(&pending, &page, ms(now))
         .await
         .unwrap();
     let states: Vec<_> = found

@@ -2,6 +2,7 @@
 //! minute (two calls stand for two replicas of one database), the depth is
 //! the latest sample, and an add deletes minutes older than it keeps.
 
+use settled::domain::UnixMs;
 use settled::store::{STATS_MINUTE_MS, StatsCounts, StatsMinute};
 
 use super::support::*;
@@ -26,14 +27,14 @@ fn row(minute_ms: u64, counts: StatsCounts, depth: Option<u64>) -> StatsMinute {
 
 async fn what_two_replicas_add_sums_up_per_minute(fresh: Fresh) {
     let s = store(&fresh);
-    assert_eq!(s.stats(0, u64::MAX >> 1).await.unwrap(), []);
+    assert_eq!(s.stats(ms(0), UnixMs::MAX).await.unwrap(), []);
     // Replica one: minutes 0 and 1, with a depth sample in minute 1.
     s.add_stats(
         &[
             row(minute(0), counts(1), None),
             row(minute(1), counts(10), Some(5)),
         ],
-        0,
+        ms(0),
     )
     .await
     .unwrap();
@@ -43,7 +44,7 @@ async fn what_two_replicas_add_sums_up_per_minute(fresh: Fresh) {
             row(minute(1), counts(100), None),
             row(minute(3), counts(7), Some(2)),
         ],
-        0,
+        ms(0),
     )
     .await
     .unwrap();
@@ -51,7 +52,7 @@ async fn what_two_replicas_add_sums_up_per_minute(fresh: Fresh) {
     sum.add(&counts(100));
     assert_eq!(sum.enqueued, 110);
     assert_eq!(
-        s.stats(minute(0), minute(4)).await.unwrap(),
+        s.stats(ms(minute(0)), ms(minute(4))).await.unwrap(),
         [
             row(minute(0), counts(1), None),
             row(minute(1), sum, Some(5)),
@@ -60,11 +61,11 @@ async fn what_two_replicas_add_sums_up_per_minute(fresh: Fresh) {
         "oldest first, each minute summed, a missing sample keeps the stored one"
     );
     // A later sample replaces the depth; the counters keep adding up.
-    s.add_stats(&[row(minute(1), StatsCounts::default(), Some(9))], 0)
+    s.add_stats(&[row(minute(1), StatsCounts::default(), Some(9))], ms(0))
         .await
         .unwrap();
     assert_eq!(
-        s.stats(minute(1), minute(3)).await.unwrap(),
+        s.stats(ms(minute(1)), ms(minute(3))).await.unwrap(),
         [row(minute(1), sum, Some(9))],
         "[from, to): minute 3 is left out"
     );
@@ -77,32 +78,32 @@ async fn an_add_deletes_the_minutes_before_what_it_keeps(fresh: Fresh) {
             row(minute(0), counts(1), Some(1)),
             row(minute(1), counts(2), None),
         ],
-        0,
+        ms(0),
     )
     .await
     .unwrap();
     // Two hours later a replica adds its minute and keeps from minute 1 on.
-    s.add_stats(&[row(minute(120), counts(3), Some(4))], minute(1))
+    s.add_stats(&[row(minute(120), counts(3), Some(4))], ms(minute(1)))
         .await
         .unwrap();
     assert_eq!(
-        s.stats(0, minute(200)).await.unwrap(),
+        s.stats(ms(0), ms(minute(200))).await.unwrap(),
         [
             row(minute(1), counts(2), None),
             row(minute(120), counts(3), Some(4))
         ]
     );
     // An add with nothing to add still deletes.
-    s.add_stats(&[], minute(2)).await.unwrap();
+    s.add_stats(&[], ms(minute(2))).await.unwrap();
     assert_eq!(
-        s.stats(0, minute(200)).await.unwrap(),
+        s.stats(ms(0), ms(minute(200))).await.unwrap(),
         [row(minute(120), counts(3), Some(4))]
     );
 }
 
 async fn a_counter_beyond_the_database_range_is_refused_and_changes_nothing(fresh: Fresh) {
     let s = store(&fresh);
-    s.add_stats(&[row(minute(0), counts(1), None)], 0)
+    s.add_stats(&[row(minute(0), counts(1), None)], ms(0))
         .await
         .unwrap();
     let huge = StatsCounts {
@@ -112,12 +113,12 @@ async fn a_counter_beyond_the_database_range_is_refused_and_changes_nothing(fres
     let refused = s
         .add_stats(
             &[row(minute(0), counts(1), None), row(minute(1), huge, None)],
-            0,
+            ms(0),
         )
         .await;
     assert!(refused.is_err(), "{refused:?}");
     assert_eq!(
-        s.stats(0, minute(10)).await.unwrap(),
+        s.stats(ms(0), ms(minute(10))).await.unwrap(),
         [row(minute(0), counts(1), None)],
         "the whole add was undone"
     );

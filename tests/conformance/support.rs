@@ -1,6 +1,7 @@
 //! Small helpers shared by the conformance suite: typed values, canned
 //! outcomes, and direct reads of the database under the store.
 
+pub use crate::common::ms;
 use serde_json::Value;
 use settled::domain::{
     Claim, ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, SettlementFailureCode,
@@ -59,7 +60,7 @@ pub fn receipt_with(
         receipt_id: rid(id),
         finalized_at,
         observation,
-        visible_at_ms: visible,
+        visible_at_ms: (visible).map(ms),
         group: settled::domain::GroupName::default_group(),
     }
 }
@@ -101,7 +102,10 @@ pub fn store(fresh: &Fresh) -> &(dyn SettlementOutcomeStore + 'static) {
 
 /// Enqueue receipts that must all be new.
 pub async fn enqueue_new(fresh: &Fresh, receipts: &[NewReceipt], now: u64) {
-    let results = store(fresh).enqueue(receipts, now).await.expect("enqueue");
+    let results = store(fresh)
+        .enqueue(receipts, ms(now))
+        .await
+        .expect("enqueue");
     assert!(
         results
             .iter()
@@ -119,7 +123,7 @@ pub async fn claim(
     lease_ms: u64,
 ) -> settled::domain::Claimed {
     match store(fresh)
-        .claim_receipt(&rid(id), &worker(who), now, lease(lease_ms))
+        .claim_receipt(&rid(id), &worker(who), ms(now), lease(lease_ms))
         .await
     {
         Ok(ReceiptClaim::Claimed(claim)) => *claim,
@@ -141,14 +145,14 @@ pub async fn record(
     at: u64,
 ) -> StoreResult<Route> {
     store(fresh)
-        .record_claimed_outcome(claim, outcome, policy, at)
+        .record_claimed_outcome(claim, outcome, policy, ms(at))
         .await
 }
 
 /// The receipt's view; it must exist.
 pub async fn view(fresh: &Fresh, id: &str, now: u64) -> ReceiptView {
     store(fresh)
-        .receipt(&rid(id), now)
+        .receipt(&rid(id), ms(now))
         .await
         .expect("receipt")
         .expect("known receipt")
@@ -218,6 +222,6 @@ pub async fn try_claim(
     lease_ms: u64,
 ) -> StoreResult<ReceiptClaim> {
     store(fresh)
-        .claim_receipt(&rid(id), &worker(who), now, lease(lease_ms))
+        .claim_receipt(&rid(id), &worker(who), ms(now), lease(lease_ms))
         .await
 }

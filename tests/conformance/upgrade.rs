@@ -63,7 +63,7 @@ async fn what_the_release_stored_comes_through(fresh: Fresh) {
     assert_eq!(done.history.len(), 1);
     assert_eq!(state(&fresh, "leased", T0).await, ReceiptState::Leased);
     assert_eq!(state(&fresh, "lapsed", T0).await, ReceiptState::Pending);
-    let before = s.status(T0, 10).await.expect("status");
+    let before = s.status(ms(T0), 10).await.expect("status");
     assert_eq!(
         (before.counts.leased, before.counts.settled),
         (1, 2),
@@ -72,18 +72,18 @@ async fn what_the_release_stored_comes_through(fresh: Fresh) {
     // A claim takes the lapsed lease and the due row, oldest due first, and
     // neither the live lease nor the held row.
     let claimed: Vec<String> = s
-        .claim_due(&worker("w1"), T0, lease(1_000), limit(10))
+        .claim_due(&worker("w1"), ms(T0), lease(1_000), limit(10))
         .await
         .expect("claim")
         .into_iter()
         .map(|c| c.receipt_id.as_str().to_owned())
         .collect();
     assert_eq!(claimed, ["lapsed", "due"]);
-    let after = s.status(T0, 10).await.expect("status");
+    let after = s.status(ms(T0), 10).await.expect("status");
     assert_eq!(after.counts.leased, 3, "{after:?}");
     let groups = s
         .groups(
-            T0,
+            ms(T0),
             &GroupQuery {
                 limit: 10,
                 after: String::new(),
@@ -99,7 +99,7 @@ async fn what_the_release_stored_comes_through(fresh: Fresh) {
         "every active receipt but the held one"
     );
     // Retention still removes a receipt with its history.
-    assert_eq!(s.purge_finished(T0, 10).await.expect("purge"), 1);
+    assert_eq!(s.purge_finished(ms(T0), 10).await.expect("purge"), 1);
     let left: Vec<i64> = raw_scalars(
         &fresh,
         "SELECT COUNT(*) FROM receipt_history WHERE receipt_id = 'done'",

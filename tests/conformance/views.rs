@@ -111,7 +111,7 @@ async fn history_keeps_digests_and_never_the_detail_or_token(fresh: Fresh) {
     }
     let c3 = {
         store(&fresh)
-            .redrive(&rid("r"), T0 + 300)
+            .redrive(&rid("r"), ms(T0 + 300))
             .await
             .unwrap()
             .unwrap();
@@ -168,7 +168,7 @@ async fn dead_letters_page_in_order_and_redrive(fresh: Fresh) {
     assert_eq!(s.dead_letter(&rid("unknown")).await.unwrap(), None);
 
     let redriven = s
-        .redrive(&rid("m"), T0 + 50)
+        .redrive(&rid("m"), ms(T0 + 50))
         .await
         .unwrap()
         .expect("redriven");
@@ -198,13 +198,13 @@ async fn dead_letters_page_in_order_and_redrive(fresh: Fresh) {
     assert_eq!(redriven, view(&fresh, "m", T0 + 50).await);
     assert_eq!(s.dead_letters(100, None).await.unwrap().len(), 3);
     // Redrive only applies to dead letters.
-    assert_eq!(s.redrive(&rid("m"), T0 + 51).await.unwrap(), None);
-    assert_eq!(s.redrive(&rid("alive"), T0 + 51).await.unwrap(), None);
-    assert_eq!(s.redrive(&rid("unknown"), T0 + 51).await.unwrap(), None);
+    assert_eq!(s.redrive(&rid("m"), ms(T0 + 51)).await.unwrap(), None);
+    assert_eq!(s.redrive(&rid("alive"), ms(T0 + 51)).await.unwrap(), None);
+    assert_eq!(s.redrive(&rid("unknown"), ms(T0 + 51)).await.unwrap(), None);
     assert_eq!(view(&fresh, "m", T0 + 51).await.history.len(), 2);
     // Claimable again, counting attempts from zero, and it can settle.
     let claims = s
-        .claim_due(&worker("w"), T0 + 50, lease(1_000), limit(10))
+        .claim_due(&worker("w"), ms(T0 + 50), lease(1_000), limit(10))
         .await
         .unwrap();
     let ids: Vec<_> = claims.iter().map(|c| c.receipt_id.as_str()).collect();
@@ -225,7 +225,7 @@ async fn dead_letters_page_in_order_and_redrive(fresh: Fresh) {
 
 async fn status_counts_samples_and_oldest_due_age(fresh: Fresh) {
     let s = store(&fresh);
-    let empty = s.status(T0, 10).await.unwrap();
+    let empty = s.status(ms(T0), 10).await.unwrap();
     assert_eq!(
         (empty.counts, empty.oldest_due_age_ms),
         (Default::default(), 0)
@@ -271,7 +271,7 @@ async fn status_counts_samples_and_oldest_due_age(fresh: Fresh) {
     .unwrap();
 
     let now = T0 + 100;
-    let status = s.status(now, 2).await.unwrap();
+    let status = s.status(ms(now), 2).await.unwrap();
     let c = status.counts;
     let counts = [
         c.pending,
@@ -310,7 +310,7 @@ async fn status_counts_samples_and_oldest_due_age(fresh: Fresh) {
     );
     assert_eq!(status.samples.len(), ReceiptState::ALL.len());
     // Later, the lease has expired and the retry is due: the oldest due is "l".
-    let later = s.status(T0 + 10_000, 10).await.unwrap();
+    let later = s.status(ms(T0 + 10_000), 10).await.unwrap();
     let c = later.counts;
     assert_eq!([c.pending, c.leased, c.retry_scheduled], [4, 0, 1]);
     assert_eq!(later.oldest_due_age_ms, 10_900);
@@ -342,7 +342,7 @@ async fn binding_is_stable_per_database_and_distinct_between_them(fresh: Fresh) 
     );
     // Both handles write the same ledger.
     enqueue_new(&fresh, &[receipt("r")], T0).await;
-    assert!(again.receipt(&rid("r"), T0).await.unwrap().is_some());
+    assert!(again.receipt(&rid("r"), ms(T0)).await.unwrap().is_some());
     store(&fresh).ping().await.unwrap();
 }
 

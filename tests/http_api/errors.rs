@@ -81,14 +81,14 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn ping(&self) -> StoreResult<()> {
         down()
     }
-    async fn enqueue(&self, _: &[NewReceipt], _: u64) -> StoreResult<Vec<Enqueued>> {
+    async fn enqueue(&self, _: &[NewReceipt], _: UnixMs) -> StoreResult<Vec<Enqueued>> {
         down()
     }
     async fn claim_receipt(
         &self,
         _: &ReceiptId,
         _: &WorkerId,
-        _: u64,
+        _: UnixMs,
         _: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
         down()
@@ -96,34 +96,34 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn claim_from(
         &self,
         _: &WorkerId,
-        _: u64,
+        _: UnixMs,
         _: LeaseMs,
         _: ClaimLimit,
         _: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
         down()
     }
-    async fn groups(&self, _: u64, _: &GroupQuery) -> StoreResult<Vec<GroupView>> {
+    async fn groups(&self, _: UnixMs, _: &GroupQuery) -> StoreResult<Vec<GroupView>> {
         down()
     }
-    async fn set_group(&self, _: &GroupName, _: &GroupLimits, _: u64) -> StoreResult<()> {
+    async fn set_group(&self, _: &GroupName, _: &GroupLimits, _: UnixMs) -> StoreResult<()> {
         down()
     }
     async fn record_claimed_outcomes(
         &self,
         _: &[(Claim, Outcome)],
         _: RetryPolicy,
-        _: u64,
+        _: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>> {
         down()
     }
-    async fn extend_lease(&self, _: &Claim, _: LeaseMs, _: u64) -> StoreResult<Claimed> {
+    async fn extend_lease(&self, _: &Claim, _: LeaseMs, _: UnixMs) -> StoreResult<Claimed> {
         down()
     }
-    async fn release_lease(&self, _: &Claim, _: u64) -> StoreResult<()> {
+    async fn release_lease(&self, _: &Claim, _: UnixMs) -> StoreResult<()> {
         down()
     }
-    async fn receipt(&self, _: &ReceiptId, _: u64) -> StoreResult<Option<ReceiptView>> {
+    async fn receipt(&self, _: &ReceiptId, _: UnixMs) -> StoreResult<Option<ReceiptView>> {
         down()
     }
     async fn dead_letters(
@@ -141,31 +141,31 @@ impl SettlementOutcomeStore for BrokenStore {
         _: &OperatorAction,
         _: &[ReceiptId],
         _: Option<&str>,
-        _: u64,
+        _: UnixMs,
         _: bool,
     ) -> StoreResult<Vec<ActionResult>> {
         down()
     }
-    async fn status(&self, _: u64, _: usize) -> StoreResult<StatusView> {
+    async fn status(&self, _: UnixMs, _: usize) -> StoreResult<StatusView> {
         down()
     }
-    async fn purge_finished(&self, _: u64, _: usize) -> StoreResult<u64> {
+    async fn purge_finished(&self, _: UnixMs, _: usize) -> StoreResult<u64> {
         down()
     }
     async fn history_feed(&self, _: FeedStart, _: usize) -> StoreResult<FeedRead> {
         down()
     }
-    async fn add_stats(&self, _: &[StatsMinute], _: u64) -> StoreResult<()> {
+    async fn add_stats(&self, _: &[StatsMinute], _: UnixMs) -> StoreResult<()> {
         down()
     }
-    async fn stats(&self, _: u64, _: u64) -> StoreResult<Vec<StatsMinute>> {
+    async fn stats(&self, _: UnixMs, _: UnixMs) -> StoreResult<Vec<StatsMinute>> {
         down()
     }
     async fn find_receipts(
         &self,
         _: &ReceiptFilter,
         _: &SearchPage,
-        _: u64,
+        _: UnixMs,
     ) -> StoreResult<SearchResults> {
         down()
     }

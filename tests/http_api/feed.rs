@@ -12,8 +12,8 @@ use settled::http::auth::Tokens;
 use settled::server::Limits;
 use tokio::sync::watch;
 
-use crate::common::Fresh;
 use crate::common::http::{T0, TestServer, spawn, spawn_with_tokens, urlencode};
+use crate::common::{Fresh, ms};
 
 /// Enqueue `id`, claim it and report `accepted`: one history entry.
 async fn settle(s: &TestServer, id: &str) {
@@ -133,7 +133,7 @@ async fn bad_input_is_refused_and_expired_cursors_are_gone(fresh: Fresh) {
     s.clock.set(T0 + 10_000);
     settle(&s, "new").await;
     read(&s, "0-0", 2, 10).await;
-    let purged = s.fresh.store.purge_finished(T0 + 1, 100).await.unwrap();
+    let purged = s.fresh.store.purge_finished(ms(T0 + 1), 100).await.unwrap();
     assert_eq!(purged, 1);
     s.get("/v1/history?after=0-0")
         .await
@@ -360,7 +360,7 @@ async fn the_idle_timeout_does_not_cut_a_stream() {
                 visible_at_ms: None,
                 group: settled::domain::GroupName::default_group(),
             }],
-            T0,
+            ms(T0),
         )
         .await
         .unwrap();
@@ -369,13 +369,13 @@ async fn the_idle_timeout_does_not_cut_a_stream() {
     let claims = store
         .claim_due(
             &worker,
-            T0,
+            ms(T0),
             lease,
             settled::domain::ClaimLimit::try_from(1).unwrap(),
         )
         .await
         .unwrap();
-    let released = store.release_lease(&claims[0], T0).await;
+    let released = store.release_lease(&claims[0], ms(T0)).await;
     released.unwrap();
     let event = events.entry().await;
     assert_eq!(event.data["outcome"], "released");

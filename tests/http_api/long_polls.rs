@@ -36,14 +36,14 @@ impl SettlementOutcomeStore for Counting {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
-    async fn enqueue(&self, r: &[NewReceipt], now: u64) -> StoreResult<Vec<Enqueued>> {
+    async fn enqueue(&self, r: &[NewReceipt], now: UnixMs) -> StoreResult<Vec<Enqueued>> {
         self.inner.enqueue(r, now).await
     }
     async fn claim_receipt(
         &self,
         id: &ReceiptId,
         w: &WorkerId,
-        now: u64,
+        now: UnixMs,
         lease: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
         self.inner.claim_receipt(id, w, now, lease).await
@@ -51,7 +51,7 @@ impl SettlementOutcomeStore for Counting {
     async fn claim_from(
         &self,
         w: &WorkerId,
-        now: u64,
+        now: UnixMs,
         lease: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
@@ -59,27 +59,27 @@ impl SettlementOutcomeStore for Counting {
         self.claim_due.fetch_add(1, Ordering::Relaxed);
         self.inner.claim_from(w, now, lease, limit, only).await
     }
-    async fn groups(&self, now: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
+    async fn groups(&self, now: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
         self.inner.groups(now, query).await
     }
-    async fn set_group(&self, g: &GroupName, l: &GroupLimits, now: u64) -> StoreResult<()> {
+    async fn set_group(&self, g: &GroupName, l: &GroupLimits, now: UnixMs) -> StoreResult<()> {
         self.inner.set_group(g, l, now).await
     }
     async fn record_claimed_outcomes(
         &self,
         items: &[(Claim, Outcome)],
         policy: RetryPolicy,
-        now: u64,
+        now: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>> {
         self.inner.record_claimed_outcomes(items, policy, now).await
     }
-    async fn extend_lease(&self, c: &Claim, by: LeaseMs, now: u64) -> StoreResult<Claimed> {
+    async fn extend_lease(&self, c: &Claim, by: LeaseMs, now: UnixMs) -> StoreResult<Claimed> {
         self.inner.extend_lease(c, by, now).await
     }
-    async fn release_lease(&self, c: &Claim, now: u64) -> StoreResult<()> {
+    async fn release_lease(&self, c: &Claim, now: UnixMs) -> StoreResult<()> {
         self.inner.release_lease(c, now).await
     }
-    async fn receipt(&self, id: &ReceiptId, now: u64) -> StoreResult<Option<ReceiptView>> {
+    async fn receipt(&self, id: &ReceiptId, now: UnixMs) -> StoreResult<Option<ReceiptView>> {
         self.inner.receipt(id, now).await
     }
     async fn dead_letters(
@@ -97,31 +97,31 @@ impl SettlementOutcomeStore for Counting {
         action: &OperatorAction,
         ids: &[ReceiptId],
         actor: Option<&str>,
-        now: u64,
+        now: UnixMs,
         dry_run: bool,
     ) -> StoreResult<Vec<ActionResult>> {
         self.inner.act(action, ids, actor, now, dry_run).await
     }
-    async fn status(&self, now: u64, limit: usize) -> StoreResult<StatusView> {
+    async fn status(&self, now: UnixMs, limit: usize) -> StoreResult<StatusView> {
         self.inner.status(now, limit).await
     }
-    async fn purge_finished(&self, before: u64, limit: usize) -> StoreResult<u64> {
+    async fn purge_finished(&self, before: UnixMs, limit: usize) -> StoreResult<u64> {
         self.inner.purge_finished(before, limit).await
     }
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
         self.inner.history_feed(start, limit).await
     }
-    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: UnixMs) -> StoreResult<()> {
         self.inner.add_stats(minutes, keep_from_ms).await
     }
-    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+    async fn stats(&self, from_ms: UnixMs, to_ms: UnixMs) -> StoreResult<Vec<StatsMinute>> {
         self.inner.stats(from_ms, to_ms).await
     }
     async fn find_receipts(
         &self,
         filter: &ReceiptFilter,
         page: &SearchPage,
-        now: u64,
+        now: UnixMs,
     ) -> StoreResult<SearchResults> {
         self.inner.find_receipts(filter, page, now).await
     }

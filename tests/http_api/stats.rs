@@ -15,7 +15,7 @@ use settled::store::postgres::PostgresOptions;
 use settled::store::{STATS_MINUTE_MS, open_store};
 
 use crate::common::http::{T0, TestServer, spawn, spawn_with_tokens};
-use crate::common::{Fresh, fresh_sqlite, raw_scalars};
+use crate::common::{Fresh, fresh_sqlite, ms, raw_scalars};
 
 const COUNTERS: [&str; 6] = [
     "enqueued",
@@ -215,7 +215,7 @@ async fn a_stopping_server_writes_what_it_counted(fresh: Fresh) {
     let stored = s
         .fresh
         .store
-        .stats(minute, minute + STATS_MINUTE_MS)
+        .stats(ms(minute), ms(minute + STATS_MINUTE_MS))
         .await
         .unwrap();
     assert_eq!(stored.len(), 1, "{stored:?}");

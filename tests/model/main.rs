@@ -11,7 +11,9 @@ mod reference;
 
 use std::collections::{BTreeMap, HashSet};
 
+use common::ms;
 use proptest::prelude::*;
+
 use settled::domain::*;
 use settled::store::{NewReceipt, ReceiptClaim, ReceiptState, SettlementOutcomeStore};
 
@@ -58,13 +60,13 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                         receipt_id: ReceiptId::parse(IDS[usize::from(id)]).unwrap(),
                         finalized_at: FIN[usize::from(fin)],
                         observation: observation(obs),
-                        visible_at_ms: vis.map(|d| now.saturating_add_signed(d)),
+                        visible_at_ms: vis.map(|d| ms(now.saturating_add_signed(d))),
                         group: settled::domain::GroupName::default_group(),
                         priority: Priority::parse(PRIORITIES[usize::from(prio)]).unwrap(),
                         trace: None,
                     })
                     .collect();
-                let got = store.enqueue(&receipts, now).await.unwrap();
+                let got = store.enqueue(&receipts, ms(now)).await.unwrap();
                 let want: Vec<_> = receipts.iter().map(|r| model.enqueue(r, now)).collect();
                 prop_assert_eq!(got, want, "step {}: {:?}", step, op);
             }
@@ -76,7 +78,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                 let got = store
                     .claim_due(
                         &worker(*w),
-                        now,
+                        ms(now),
                         LeaseMs::try_from(*lease).unwrap(),
                         ClaimLimit::try_from(*limit).unwrap(),
                     )
@@ -117,7 +119,12 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
             } => {
                 let rid = ReceiptId::parse(IDS[usize::from(*id)]).unwrap();
                 let got = store
-                    .claim_receipt(&rid, &worker(*w), now, LeaseMs::try_from(*lease).unwrap())
+                    .claim_receipt(
+                        &rid,
+                        &worker(*w),
+                        ms(now),
+                        LeaseMs::try_from(*lease).unwrap(),
+                    )
                     .await
                     .unwrap();
                 let want = match model.rows.get(rid.as_str()) {
@@ -163,7 +170,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                     .map(|(c, t, k)| (tampered(c, *t), k.input()))
                     .collect();
                 let got = store
-                    .record_claimed_outcomes(&batch, policy(*p), now)
+                    .record_claimed_outcomes(&batch, policy(*p), ms(now))
                     .await
                     .unwrap();
                 let got: Vec<_> = got.into_iter().map(class).collect();
@@ -185,7 +192,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                 let (claim, kind) = &sent[which.index(sent.len())];
                 let (c, input) = (tampered(claim, *t), other.unwrap_or(*kind).input());
                 let got = store
-                    .record_claimed_outcomes(&[(c.clone(), input.clone())], policy(*p), now)
+                    .record_claimed_outcomes(&[(c.clone(), input.clone())], policy(*p), ms(now))
                     .await;
                 let got: Vec<_> = got.unwrap().into_iter().map(class).collect();
                 prop_assert_eq!(
@@ -206,7 +213,7 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                 };
                 let got = class(
                     store
-                        .extend_lease(&c, LeaseMs::try_from(*extend).unwrap(), now)
+                        .extend_lease(&c, LeaseMs::try_from(*extend).unwrap(), ms(now))
                         .await,
                 );
                 let want = model.extend(&c, *extend, now);
@@ -219,12 +226,12 @@ async fn run_case(store: &dyn SettlementOutcomeStore, ops: &[Op]) -> Result<(), 
                 let Some(c) = pick(claim).map(|c| tampered(&c, *t)) else {
                     continue;
                 };
-                let got = class(store.release_lease(&c, now).await);
+                let got = class(store.release_lease(&c, ms(now)).await);
                 prop_assert_eq!(got, model.release(&c, now), "step {}: {:?}", step, op);
             }
             Op::Redrive { id } => {
                 let rid = ReceiptId::parse(IDS[usize::from(*id)]).unwrap();
-                let got = store.redrive(&rid, now).await.unwrap();
+                let got = store.redrive(&rid, ms(now)).await.unwrap();
                 prop_assert_eq!(
                     got,
                     model.redrive(rid.as_str(), now),
@@ -263,7 +270,7 @@ async fn check_views(
 ) -> Result<(), TestCaseError> {
     for id in IDS {
         let got = store
-            .receipt(&ReceiptId::parse(id).unwrap(), now)
+            .receipt(&ReceiptId::parse(id).unwrap(), ms(now))
             .await
             .unwrap();
         let want = model.rows.get(id).map(|r| r.view(id, now));
@@ -282,7 +289,7 @@ async fn check_views(
         step
     );
 
-    let status = store.status(now, SAMPLE).await.unwrap();
+    let status = store.status(ms(now), SAMPLE).await.unwrap();
     let mut by_state: BTreeMap<ReceiptState, Vec<(u64, String, u32)>> = BTreeMap::new();
     for (id, row) in &model.rows {
         by_state.entry(row.state(now)).or_default().push((

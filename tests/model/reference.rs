@@ -180,7 +180,7 @@ impl Model {
             status: Status::Active,
             attempts: 0,
             row_version: 0,
-            next_visible: Some(r.visible_at_ms.unwrap_or(now)),
+            next_visible: Some(r.visible_at_ms.map_or(now, UnixMs::get)),
             lease: None,
             last_failure: None,
             history: Vec::new(),

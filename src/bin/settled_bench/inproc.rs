@@ -4,12 +4,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use settled::domain::{ClaimLimit, GroupName, LeaseMs, ReceiptId, RetryPolicy, WorkerId};
+use settled::domain::{ClaimLimit, GroupName, LeaseMs, ReceiptId, RetryPolicy, UnixMs, WorkerId};
 use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::sqlite::SqliteStore;
 use settled::store::{Enqueued, NewReceipt, ReceiptState, SharedStore};
 
 use super::common::{Ids, Ledger, Res, err, now_ms, progress};
+
+/// The store's clock: the system's, as the server reads it.
+fn now() -> UnixMs {
+    UnixMs::saturating(now_ms())
+}
 
 /// Open a store of the backend the URL names.
 pub async fn open(url: &str) -> Res<SharedStore> {
@@ -56,7 +61,7 @@ pub async fn enqueue(
                             receipt_id: ReceiptId::parse(&ids.id(i))?,
                             finalized_at: Ids::finalized_at(i),
                             observation: Some(serde_json::json!({"amount_cents": i})),
-                            visible_at_ms,
+                            visible_at_ms: visible_at_ms.map(UnixMs::saturating),
                             group: ids.group(i).map_or_else(
                                 || Ok(GroupName::default_group()),
                                 |g| GroupName::parse(&g),
@@ -66,7 +71,7 @@ pub async fn enqueue(
                         })
                     })
                     .collect::<Res<Vec<_>>>()?;
-                let results = store.enqueue(&receipts, now_ms()).await?;
+                let results = store.enqueue(&receipts, now()).await?;
                 let ok = results.iter().filter(|r| **r == Enqueued::Created).count();
                 created.fetch_add(ok, Ordering::Relaxed);
                 refused.fetch_add((results.len() - ok) as u64, Ordering::Relaxed);
@@ -159,7 +164,7 @@ pub async fn run(store: SharedStore, w: &Workload, policy: RetryPolicy) -> Res<I
     ticker.abort();
     joined?;
     ledger.check(&mut failures, "in-process");
-    let status = store.status(now_ms(), 1).await?;
+    let status = store.status(now(), 1).await?;
     let count = |s: ReceiptState| status.counts.get(s);
     let finished = count(ReceiptState::Settled)
         + count(ReceiptState::Skipped)
@@ -196,7 +201,7 @@ async fn worker(
     let lease = LeaseMs::try_from(w.lease_ms)?;
     let limit = ClaimLimit::try_from(w.batch)?;
     while !ledger.all_done() && started.elapsed() < w.deadline {
-        let claims = match store.claim_due(&worker, now_ms(), lease, limit).await {
+        let claims = match store.claim_due(&worker, now(), lease, limit).await {
             Ok(claims) => claims,
             Err(_) => {
                 ledger.errors.fetch_add(1, Ordering::Relaxed);
@@ -224,10 +229,7 @@ async fn worker(
             meta.push((index, kind));
             items.push((claim, input));
         }
-        match store
-            .record_claimed_outcomes(&items, policy, now_ms())
-            .await
-        {
+        match store.record_claimed_outcomes(&items, policy, now()).await {
             Ok(results) => {
                 for ((index, kind), result) in meta.into_iter().zip(results) {
                     match result {

@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 
 use super::super::error::{ApiError, ProblemCode};
 use super::{MAX_OBSERVATION_BYTES, fits_i64, parse_group, parse_priority, parse_receipt_id};
-use crate::domain::{GroupName, Observation, TraceContext};
+use crate::domain::{GroupName, Observation, TraceContext, UnixMs};
 use crate::store::NewReceipt;
 
 /// A receipt handed over by a producer.
@@ -102,12 +102,16 @@ impl ReceiptIn {
                 ));
             }
         };
-        if self.visible_at_ms.is_some_and(|v| !fits_i64(v)) {
-            return Err(ApiError::validation(
-                ProblemCode::InvalidVisibleAtMs,
-                "visible_at_ms must be at most 9223372036854775807",
-            ));
-        }
+        let visible_at_ms = self
+            .visible_at_ms
+            .map(UnixMs::try_from)
+            .transpose()
+            .map_err(|_| {
+                ApiError::validation(
+                    ProblemCode::InvalidVisibleAtMs,
+                    "visible_at_ms must be at most 9223372036854775807",
+                )
+            })?;
         let group = match self.group.as_deref() {
             None => GroupName::default_group(),
             Some(name) => parse_group(name)?,
@@ -131,7 +135,7 @@ impl ReceiptIn {
             receipt_id,
             finalized_at: self.finalized_at,
             observation,
-            visible_at_ms: self.visible_at_ms,
+            visible_at_ms,
             group,
             priority,
             trace,

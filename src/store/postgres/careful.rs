@@ -7,11 +7,10 @@
 use sqlx::Acquire;
 use sqlx::{PgConnection, PgPool};
 
-use super::super::rows::to_i64;
 use super::super::rules::{self, Cas, Plan, cas_sql};
 use super::guarded::{self, Write};
 use super::{Tx, begin, finish, in_id_order, row};
-use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
+use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError, UnixMs};
 use crate::store::StoreResult;
 use crate::store::rows::ReceiptRow;
 
@@ -52,7 +51,7 @@ async fn record_one(
     claim: &Claim,
     input: &Outcome,
     policy: RetryPolicy,
-    observed_at_ms: u64,
+    observed_at_ms: UnixMs,
 ) -> StoreResult<Option<StoreResult<Route>>> {
     let plan = match rules::plan_outcome(claim, input, policy, observed_at_ms) {
         Ok(plan) => plan,
@@ -103,7 +102,7 @@ async fn record_all(
     careful: bool,
     outcomes: &[(Claim, Outcome)],
     policy: RetryPolicy,
-    observed_at_ms: u64,
+    observed_at_ms: UnixMs,
 ) -> StoreResult<Option<Vec<StoreResult<Route>>>> {
     let mut results: Vec<Option<StoreResult<Route>>> = outcomes.iter().map(|_| None).collect();
     for i in in_id_order(outcomes, |(claim, _)| claim.receipt_id.as_str()) {
@@ -122,9 +121,9 @@ pub(super) fn retried(result: &StoreResult<Route>) -> bool {
     matches!(result, Ok(Route::RetryScheduled { .. }))
 }
 
-async fn extend(tx: &mut Tx, claim: &Claim, now_ms: u64, until: i64) -> StoreResult<Claimed> {
+async fn extend(tx: &mut Tx, claim: &Claim, now_ms: UnixMs, until: i64) -> StoreResult<Claimed> {
     let cas = Cas::of(claim);
-    let now = to_i64(now_ms, "now_ms")?;
+    let now = now_ms.as_i64();
     let updated: Option<ReceiptRow> = sqlx::query_as(EXTEND)
         .bind(cas.receipt_id)
         .bind(cas.finalized_at)
@@ -146,8 +145,8 @@ async fn extend(tx: &mut Tx, claim: &Claim, now_ms: u64, until: i64) -> StoreRes
     }
 }
 
-async fn release(tx: &mut Tx, claim: &Claim, now_ms: u64) -> StoreResult<()> {
-    let now = to_i64(now_ms, "now_ms")?;
+async fn release(tx: &mut Tx, claim: &Claim, now_ms: UnixMs) -> StoreResult<()> {
+    let now = now_ms.as_i64();
     if !guarded::write_one(tx, Write::release(claim, now)).await? {
         let row = row(tx, claim.receipt_id.as_str()).await?;
         return Err(miss(rules::explain_miss(row.as_ref(), claim, None, now_ms)));
@@ -161,7 +160,7 @@ pub(super) async fn record_outcomes(
     pool: &PgPool,
     outcomes: &[(Claim, Outcome)],
     policy: RetryPolicy,
-    observed_at_ms: u64,
+    observed_at_ms: UnixMs,
 ) -> StoreResult<Vec<StoreResult<Route>>> {
     let mut tx = begin(pool).await?;
     let fast = record_all(&mut tx, false, outcomes, policy, observed_at_ms).await;
@@ -186,7 +185,7 @@ pub(super) async fn extend_claim(
     pool: &PgPool,
     claim: &Claim,
     extend_ms: LeaseMs,
-    now_ms: u64,
+    now_ms: UnixMs,
 ) -> StoreResult<Claimed> {
     let until = rules::lease_deadline(now_ms, extend_ms.get())?;
     let mut tx = begin(pool).await?;
@@ -195,7 +194,7 @@ pub(super) async fn extend_claim(
 }
 
 /// Release one lease in a transaction of its own.
-pub(super) async fn release_claim(pool: &PgPool, claim: &Claim, now_ms: u64) -> StoreResult<()> {
+pub(super) async fn release_claim(pool: &PgPool, claim: &Claim, now_ms: UnixMs) -> StoreResult<()> {
     let mut tx = begin(pool).await?;
     let result = release(&mut tx, claim, now_ms).await;
     finish(tx, result).await

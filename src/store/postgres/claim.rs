@@ -5,11 +5,10 @@ use std::collections::HashMap;
 
 use sqlx::PgPool;
 
-use super::super::rows::to_i64;
 use super::group_limits::{admit_one, groups_for_claim, spend};
 use super::{PostgresStore, Tx, begin_claim, finish, row_for_update};
 use crate::domain::{
-    Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError,
+    Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError, UnixMs,
     WorkerId,
 };
 use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, turn_after};
@@ -381,10 +380,10 @@ impl PostgresStore {
         &self,
         receipt_id: &ReceiptId,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let mut tx = begin_claim(&self.pool).await?;
         let result = claim_one(&mut tx, receipt_id, worker_id, now, until).await;
@@ -394,12 +393,12 @@ impl PostgresStore {
     pub(super) async fn claim_due_batch(
         &self,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         self.claims
             .run(ClaimJob {
@@ -432,9 +431,9 @@ impl PostgresStore {
         &self,
         group: &GroupName,
         limits: &GroupLimits,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<()> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let mut tx = self.begin().await?;
         sqlx::query(SET_LIMITS)
             .bind(group.as_str())

@@ -44,11 +44,11 @@ use tokio::task::AbortHandle;
 
 use super::fair::Turn;
 use super::group_list::{self, GroupListRow};
-use super::rows::{HistoryRow, ReceiptRow, to_i64};
+use super::rows::{HistoryRow, ReceiptRow};
 use super::{explain, rules};
 use crate::domain::{
     Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
-    Route, SettlementStoreBinding, StoreError, WorkerId,
+    Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
 };
 use crate::store::{
     ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
@@ -302,7 +302,7 @@ impl SettlementOutcomeStore for PostgresStore {
         Ok(u64::try_from(ms).ok())
     }
 
-    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
+    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: UnixMs) -> StoreResult<Vec<Enqueued>> {
         self.bounded(self.enqueue_receipts(receipts, now_ms)).await
     }
 
@@ -310,7 +310,7 @@ impl SettlementOutcomeStore for PostgresStore {
         &self,
         receipt_id: &ReceiptId,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
         self.bounded(self.claim_receipt_by_id(receipt_id, worker_id, now_ms, lease_ms))
@@ -320,7 +320,7 @@ impl SettlementOutcomeStore for PostgresStore {
     async fn claim_from(
         &self,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
@@ -330,8 +330,8 @@ impl SettlementOutcomeStore for PostgresStore {
             .await
     }
 
-    async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
-        let now = to_i64(now_ms, "now_ms")?;
+    async fn groups(&self, now_ms: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
+        let now = now_ms.as_i64();
         let rows: Vec<GroupListRow> = self
             .bounded(async {
                 Ok(sqlx::query_as(query.text(&group_list::PG))
@@ -349,7 +349,7 @@ impl SettlementOutcomeStore for PostgresStore {
         &self,
         group: &GroupName,
         limits: &GroupLimits,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<()> {
         self.bounded(self.set_group_limits(group, limits, now_ms))
             .await
@@ -359,7 +359,7 @@ impl SettlementOutcomeStore for PostgresStore {
         &self,
         outcomes: &[(Claim, Outcome)],
         policy: RetryPolicy,
-        observed_at_ms: u64,
+        observed_at_ms: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>> {
         let job = outcome::Job::Outcomes {
             items: outcomes.to_vec(),
@@ -376,7 +376,7 @@ impl SettlementOutcomeStore for PostgresStore {
         &self,
         claim: &Claim,
         extend_ms: LeaseMs,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Claimed> {
         let job = outcome::Job::Extend {
             claim: claim.clone(),
@@ -389,7 +389,7 @@ impl SettlementOutcomeStore for PostgresStore {
         }
     }
 
-    async fn release_lease(&self, claim: &Claim, now_ms: u64) -> StoreResult<()> {
+    async fn release_lease(&self, claim: &Claim, now_ms: UnixMs) -> StoreResult<()> {
         let job = outcome::Job::Release {
             claim: claim.clone(),
             now_ms,
@@ -403,7 +403,7 @@ impl SettlementOutcomeStore for PostgresStore {
     async fn receipt(
         &self,
         receipt_id: &ReceiptId,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Option<ReceiptView>> {
         self.bounded(self.read_view(receipt_id.as_str(), now_ms))
             .await
@@ -429,19 +429,19 @@ impl SettlementOutcomeStore for PostgresStore {
         action: &OperatorAction,
         receipt_ids: &[ReceiptId],
         actor: Option<&str>,
-        now_ms: u64,
+        now_ms: UnixMs,
         dry_run: bool,
     ) -> StoreResult<Vec<ActionResult>> {
         self.bounded(self.act_on(action, receipt_ids, actor, now_ms, dry_run))
             .await
     }
 
-    async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
+    async fn status(&self, now_ms: UnixMs, limit: usize) -> StoreResult<StatusView> {
         self.bounded(self.status_view(now_ms, limit)).await
     }
 
-    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
-        let before = super::rows::to_i64(finished_before_ms, "finished_before_ms")?;
+    async fn purge_finished(&self, finished_before_ms: UnixMs, limit: usize) -> StoreResult<u64> {
+        let before = finished_before_ms.as_i64();
         self.bounded(self.purge_with_horizon(before, limit)).await
     }
 
@@ -449,12 +449,12 @@ impl SettlementOutcomeStore for PostgresStore {
         self.bounded(self.feed_page(start, limit)).await
     }
 
-    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: UnixMs) -> StoreResult<()> {
         self.bounded(self.add_stat_minutes(minutes, keep_from_ms))
             .await
     }
 
-    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
+    async fn stats(&self, from_ms: UnixMs, to_ms: UnixMs) -> StoreResult<Vec<StatsMinute>> {
         self.bounded(self.stat_minutes(from_ms, to_ms)).await
     }
 
@@ -462,7 +462,7 @@ impl SettlementOutcomeStore for PostgresStore {
         &self,
         filter: &ReceiptFilter,
         page: &SearchPage,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<SearchResults> {
         self.bounded(self.find_page(filter, page, now_ms)).await
     }

@@ -7,12 +7,11 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::super::rows::to_i64;
 use super::super::rules::{self, Cas};
 use super::careful;
 use super::guarded::{self, Extension, Guard, Write};
 use super::{begin, finish, row};
-use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError};
+use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError, UnixMs};
 use crate::store::StoreResult;
 use crate::store::rows::ReceiptRow;
 
@@ -22,16 +21,16 @@ pub(super) enum Job {
     Outcomes {
         items: Vec<(Claim, Outcome)>,
         policy: RetryPolicy,
-        observed_at_ms: u64,
+        observed_at_ms: UnixMs,
     },
     Extend {
         claim: Claim,
         extend_ms: LeaseMs,
-        now_ms: u64,
+        now_ms: UnixMs,
     },
     Release {
         claim: Claim,
-        now_ms: u64,
+        now_ms: UnixMs,
     },
 }
 
@@ -82,14 +81,14 @@ enum UnitKind<'a> {
     Outcome {
         input: &'a Outcome,
         policy: RetryPolicy,
-        observed_at_ms: u64,
+        observed_at_ms: UnixMs,
     },
     Extend {
         extend_ms: LeaseMs,
-        now_ms: u64,
+        now_ms: UnixMs,
     },
     Release {
-        now_ms: u64,
+        now_ms: UnixMs,
     },
 }
 
@@ -185,20 +184,17 @@ fn prepare(unit: &Unit<'_>) -> Prep {
             }
         },
         UnitKind::Extend { extend_ms, now_ms } => {
-            let checked = rules::lease_deadline(now_ms, extend_ms.get())
-                .and_then(|until| Ok((until, to_i64(now_ms, "now_ms")?)));
-            match checked {
+            match rules::lease_deadline(now_ms, extend_ms.get()) {
                 Err(e) => Prep::Done(UnitAnswer::Extended(Err(e))),
-                Ok((until, now)) => Prep::Extend(Extension {
-                    guard: Guard::of(&Cas::of(claim), now),
+                Ok(until) => Prep::Extend(Extension {
+                    guard: Guard::of(&Cas::of(claim), now_ms.as_i64()),
                     until,
                 }),
             }
         }
-        UnitKind::Release { now_ms } => match to_i64(now_ms, "now_ms") {
-            Err(e) => Prep::Done(UnitAnswer::Released(Err(e))),
-            Ok(now) => Prep::Write(Box::new(Write::release(claim, now)), None),
-        },
+        UnitKind::Release { now_ms } => {
+            Prep::Write(Box::new(Write::release(claim, now_ms.as_i64())), None)
+        }
     }
 }
 

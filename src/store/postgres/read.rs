@@ -3,6 +3,7 @@
 
 use super::super::rows::to_i64;
 use super::{PostgresStore, history, row};
+use crate::domain::UnixMs;
 use crate::store::rows::ReceiptRow;
 use crate::store::rules::{lapsed_sql, unleased_sql};
 use crate::store::{
@@ -13,9 +14,9 @@ impl PostgresStore {
     pub(super) async fn read_view(
         &self,
         receipt_id: &str,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Option<ReceiptView>> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let mut tx = self.begin_read().await?;
         let Some(row) = row(&mut tx, receipt_id).await? else {
             return Ok(None);
@@ -60,8 +61,12 @@ impl PostgresStore {
     /// scan: the counter slots kept by triggers
     /// (migrations/postgres/0004_counts.sql) plus the live leases, each
     /// sample a range of its own partial index.
-    pub(super) async fn status_view(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
-        let now = to_i64(now_ms, "now_ms")?;
+    pub(super) async fn status_view(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> StoreResult<StatusView> {
+        let now = now_ms.as_i64();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.begin_read().await?;
         let sums: status::Buckets = sqlx::query_as(

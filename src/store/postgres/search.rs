@@ -1,9 +1,9 @@
 //! Finding receipts: the plan's one statement (src/store/search.rs), as on
 //! SQLite.
 
-use super::super::rows::to_i64;
 use super::super::search::{self, Bind, Dialect};
 use super::PostgresStore;
+use crate::domain::UnixMs;
 use crate::store::rows::ReceiptRow;
 use crate::store::{ReceiptFilter, SearchPage, SearchResults, StoreResult};
 
@@ -12,9 +12,9 @@ impl PostgresStore {
         &self,
         filter: &ReceiptFilter,
         page: &SearchPage,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<SearchResults> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let budget = filter.budget(page.limit);
         let mut rows = Vec::new();
         let statement = search::statement(Dialect::Postgres, filter, page, now, budget)?;

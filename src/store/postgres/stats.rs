@@ -3,9 +3,9 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::super::rows::to_i64;
 use super::super::stats::{select_sql, upsert_sql};
 use super::{PostgresStore, finish};
+use crate::domain::UnixMs;
 use crate::store::{StatsMinute, StoreResult};
 
 impl PostgresStore {
@@ -16,9 +16,9 @@ impl PostgresStore {
     pub(super) async fn add_stat_minutes(
         &self,
         minutes: &[StatsMinute],
-        keep_from_ms: u64,
+        keep_from_ms: UnixMs,
     ) -> StoreResult<()> {
-        let keep_from = to_i64(keep_from_ms, "keep_from_ms")?;
+        let keep_from = keep_from_ms.as_i64();
         let mut sorted = minutes.to_vec();
         sorted.sort_by_key(|m| m.minute_ms);
         let upsert = upsert_sql(|n| format!("${n}"));
@@ -45,12 +45,12 @@ impl PostgresStore {
     /// Minutes in `[from_ms, to_ms)`, oldest first.
     pub(super) async fn stat_minutes(
         &self,
-        from_ms: u64,
-        to_ms: u64,
+        from_ms: UnixMs,
+        to_ms: UnixMs,
     ) -> StoreResult<Vec<StatsMinute>> {
         let rows = sqlx::query(AssertSqlSafe(select_sql("$1", "$2")))
-            .bind(to_i64(from_ms, "from_ms")?)
-            .bind(to_i64(to_ms, "to_ms")?)
+            .bind(from_ms.as_i64())
+            .bind(to_ms.as_i64())
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(StatsMinute::from_row).collect()

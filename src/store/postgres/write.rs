@@ -9,7 +9,7 @@ use super::super::actions::{self, Binds};
 use super::super::rows::to_i64;
 use super::super::rules::{NewHistory, history_insert};
 use super::{CHANNEL, PostgresStore, Tx, announce, finish};
-use crate::domain::{ReceiptId, StoreError};
+use crate::domain::{ReceiptId, StoreError, UnixMs};
 use crate::store::rows::ReceiptRow;
 use crate::store::{Acted, ActionResult, Enqueued, NewReceipt, OperatorAction, StoreResult, rules};
 
@@ -53,11 +53,7 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
         groups.push(receipt.group.as_str());
         priorities.push(receipt.priority.stored());
         finalized.push(to_i64(receipt.finalized_at, "finalized_at")?);
-        visible.push(
-            receipt
-                .visible_at_ms
-                .map_or(Ok(now), |v| to_i64(v, "visible_at_ms"))?,
-        );
+        visible.push(receipt.visible_at_ms.map_or(now, UnixMs::as_i64));
         // The observation travels and is stored as its exact JSON text.
         observations.push(
             receipt
@@ -252,9 +248,9 @@ impl PostgresStore {
     pub(super) async fn enqueue_receipts(
         &self,
         receipts: &[NewReceipt],
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Vec<Enqueued>> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         if receipts.is_empty() {
             return Ok(Vec::new());
         }
@@ -274,10 +270,10 @@ impl PostgresStore {
         action: &OperatorAction,
         ids: &[ReceiptId],
         actor: Option<&str>,
-        now_ms: u64,
+        now_ms: UnixMs,
         dry_run: bool,
     ) -> StoreResult<Vec<ActionResult>> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let mut tried = 0;
         let results = loop {
             tried += 1;

@@ -7,7 +7,7 @@ use super::rows::{ReceiptRow, to_stored, to_u63, to_u64};
 use super::{Enqueued, NewReceipt, Status, StoreResult};
 use crate::domain::{
     self, Claim, DEFAULT_GROUP, Decision, LeaseToken, Outcome, RetryPolicy, Route, Standing,
-    StoreError, U63,
+    StoreError, U63, UnixMs,
 };
 
 mod sql;
@@ -182,9 +182,9 @@ pub fn plan_outcome(
     claim: &Claim,
     input: &Outcome,
     policy: RetryPolicy,
-    observed_at_ms: u64,
+    observed_at_ms: UnixMs,
 ) -> StoreResult<Plan> {
-    let observed = to_stored(observed_at_ms, "observed_at_ms")?;
+    let observed = U63::from(observed_at_ms);
     let decision =
         domain::decide(claim, input, &policy, observed).map_err(|too_big| overflow(too_big.0))?;
     let route = decision.route();
@@ -282,9 +282,9 @@ pub fn explain_miss(
     row: Option<&ReceiptRow>,
     claim: &Claim,
     replay: Option<&Outcome>,
-    observed_at_ms: u64,
+    observed_at_ms: UnixMs,
 ) -> StoreResult<Route> {
-    let at = to_stored(observed_at_ms, "observed_at_ms")?;
+    let at = U63::from(observed_at_ms);
     domain::refusal(&standing(row)?, claim, replay, at)
         .map_err(|refusal| StoreError::conflict(refusal.kind, refusal.detail))
 }
@@ -313,11 +313,9 @@ pub fn refused_plan(
     row: Option<&ReceiptRow>,
     claim: &Claim,
     refusal: StoreError,
-    observed_at_ms: u64,
+    observed_at_ms: UnixMs,
 ) -> StoreError {
-    let Ok(at) = to_stored(observed_at_ms, "observed_at_ms") else {
-        return refusal;
-    };
+    let at = U63::from(observed_at_ms);
     let Ok(standing) = standing(row) else {
         return refusal;
     };
@@ -363,11 +361,11 @@ pub fn new_binding() -> StoreResult<[u8; 32]> {
 }
 
 /// `now + lease`, checked and bounded by the database integer range.
-pub fn lease_deadline(now_ms: u64, lease_ms: u64) -> StoreResult<i64> {
-    let until = now_ms
+pub fn lease_deadline(now_ms: UnixMs, lease_ms: u64) -> StoreResult<i64> {
+    now_ms
         .checked_add(lease_ms)
-        .ok_or_else(|| overflow("lease_until_ms"))?;
-    to_stored(until, "lease_until_ms").map(U63::as_i64)
+        .map(UnixMs::as_i64)
+        .ok_or_else(|| overflow("lease_until_ms"))
 }
 
 /// The next row version of a claim, checked.

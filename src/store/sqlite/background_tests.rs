@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::SqliteStore;
-use crate::domain::ReceiptId;
+use crate::domain::{ReceiptId, UnixMs};
 use crate::store::{NewReceipt, SettlementOutcomeStore};
 
 fn receipt(id: &str) -> NewReceipt {
@@ -33,7 +33,7 @@ async fn background_writes_alone_wait_while_the_database_fails() {
     // Another process holds the write lock: a request fails after the busy timeout.
     let holder = rusqlite::Connection::open(&path).expect("second connection");
     holder.execute_batch("BEGIN EXCLUSIVE").expect("lock");
-    assert!(store.enqueue(&[receipt("a")], 1).await.is_err());
+    assert!(store.enqueue(&[receipt("a")], ms(1)).await.is_err());
     let started = Instant::now();
     let refused = store.writer.background(|_| Ok(())).await;
     assert!(refused.is_err(), "{refused:?}");
@@ -45,10 +45,18 @@ async fn background_writes_alone_wait_while_the_database_fails() {
 
     // The lock goes: requests commit, and background writes run again.
     holder.execute_batch("ROLLBACK").expect("unlock");
-    store.enqueue(&[receipt("b")], 1).await.expect("commits");
+    store
+        .enqueue(&[receipt("b")], ms(1))
+        .await
+        .expect("commits");
     store
         .writer
         .background(|_| Ok(()))
         .await
         .expect("runs again");
+}
+
+/// A test time as the store takes it.
+fn ms(value: u64) -> UnixMs {
+    UnixMs::saturating(value)
 }

@@ -8,7 +8,7 @@ use rusqlite::Connection;
 use super::super::rows::to_i64;
 use super::super::rules;
 use super::lookup::{json, row, rows_by_id};
-use crate::domain::StoreError;
+use crate::domain::{StoreError, UnixMs};
 use crate::store::{Enqueued, NewReceipt, StoreResult};
 
 /// One receipt to enqueue, with the clock of its call.
@@ -26,9 +26,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     let mut rows = Vec::with_capacity(items.len());
     for EnqueueItem { receipt, now } in items {
         let finalized_at = to_i64(receipt.finalized_at, "finalized_at")?;
-        let visible = receipt
-            .visible_at_ms
-            .map_or(Ok(*now), |v| to_i64(v, "visible_at_ms"))?;
+        let visible = receipt.visible_at_ms.map_or(*now, UnixMs::as_i64);
         // The observation travels as its JSON text and is stored as that text.
         let observation = receipt
             .observation

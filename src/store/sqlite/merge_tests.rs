@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::SqliteStore;
 use crate::domain::{
-    ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, StoreError, TranscriptId, WorkerId,
+    ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, StoreError, TranscriptId, UnixMs,
+    WorkerId,
 };
 use crate::store::{NewReceipt, ReceiptState, SettlementOutcomeStore};
 
@@ -75,12 +76,12 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
             group: crate::domain::GroupName::default_group(),
         })
         .collect();
-    store.enqueue(&receipts, NOW).await.expect("enqueue");
+    store.enqueue(&receipts, ms(NOW)).await.expect("enqueue");
     let worker = WorkerId::parse("w").unwrap();
     let claims = store
         .claim_from(
             &worker,
-            NOW,
+            ms(NOW),
             LeaseMs::try_from(30_000).unwrap(),
             ClaimLimit::try_from(8).unwrap(),
             &[],
@@ -106,7 +107,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
             };
             let items = [(claim, input)];
             store
-                .record_claimed_outcomes(&items, RetryPolicy::default(), NOW + 10)
+                .record_claimed_outcomes(&items, RetryPolicy::default(), ms(NOW + 10))
                 .await
         }));
     }
@@ -132,7 +133,7 @@ async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
     }
     for i in 0..8 {
         let view = store
-            .receipt(&ReceiptId::parse(&format!("r-{i}")).unwrap(), NOW + 20)
+            .receipt(&ReceiptId::parse(&format!("r-{i}")).unwrap(), ms(NOW + 20))
             .await
             .unwrap()
             .unwrap();
@@ -166,7 +167,7 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
                 visible_at_ms: None,
                 group: crate::domain::GroupName::default_group(),
             };
-            store.enqueue(std::slice::from_ref(&receipt), NOW).await
+            store.enqueue(std::slice::from_ref(&receipt), ms(NOW)).await
         }));
     }
     holder.release(&store, 4).await;
@@ -174,7 +175,7 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
         let answer = t.await.unwrap();
         assert_eq!(answer.is_err(), i == 2, "e-{i}: {answer:?}");
     }
-    let status = store.status(NOW, 10).await.unwrap();
+    let status = store.status(ms(NOW), 10).await.unwrap();
     assert_eq!(status.counts.pending, 3);
 }
 
@@ -202,7 +203,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         group: crate::domain::GroupName::default_group(),
     };
     let created = store
-        .enqueue(&[receipt], NOW)
+        .enqueue(&[receipt], ms(NOW))
         .await
         .expect("later writes work");
     assert_eq!(created, vec![crate::store::Enqueued::Created]);
@@ -235,7 +236,9 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
             visible_at_ms: None,
             group: crate::domain::GroupName::default_group(),
         };
-        queued.enqueue(std::slice::from_ref(&receipt), NOW).await
+        queued
+            .enqueue(std::slice::from_ref(&receipt), ms(NOW))
+            .await
     });
     holder.release(&store, 2).await;
     assert!(
@@ -245,7 +248,11 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     let answer = enqueue.await.unwrap();
     assert!(answer.is_err(), "not acknowledged: {answer:?}");
     let id = ReceiptId::parse("in-the-dropped-group").unwrap();
-    assert_eq!(store.receipt(&id, NOW).await.unwrap(), None, "and not kept");
+    assert_eq!(
+        store.receipt(&id, ms(NOW)).await.unwrap(),
+        None,
+        "and not kept"
+    );
     let again = NewReceipt {
         priority: crate::domain::Priority::default(),
         trace: None,
@@ -257,7 +264,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     };
     assert_eq!(
         store
-            .enqueue(&[again], NOW)
+            .enqueue(&[again], ms(NOW))
             .await
             .expect("the writer goes on"),
         vec![crate::store::Enqueued::Created]
@@ -286,7 +293,10 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
             burst: 1,
         }),
     };
-    store.set_group(&group, &limits, NOW).await.expect("limits");
+    store
+        .set_group(&group, &limits, ms(NOW))
+        .await
+        .expect("limits");
     let receipts: Vec<NewReceipt> = (0..2)
         .map(|i| NewReceipt {
             priority: crate::domain::Priority::default(),
@@ -298,7 +308,7 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
             group: group.clone(),
         })
         .collect();
-    store.enqueue(&receipts, NOW).await.expect("enqueue");
+    store.enqueue(&receipts, ms(NOW)).await.expect("enqueue");
 
     // The holder's own group commits (the hook's first call); the next one,
     // the two claims', is vetoed.
@@ -324,7 +334,7 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
         store
             .claim_from(
                 &WorkerId::parse("w").unwrap(),
-                NOW,
+                ms(NOW),
                 LeaseMs::try_from(30_000).unwrap(),
                 ClaimLimit::try_from(1).unwrap(),
                 &[],
@@ -354,4 +364,9 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
         1,
         "the committed bucket still holds its token: {after:?}"
     );
+}
+
+/// A test time as the store takes it.
+fn ms(value: u64) -> UnixMs {
+    UnixMs::saturating(value)
 }

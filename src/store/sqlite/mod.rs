@@ -25,11 +25,10 @@ use tokio::sync::Notify;
 
 use super::fair::Turn;
 use super::group_list::{self, GroupListRow};
-use super::rows::to_i64;
 use super::{explain, rules};
 use crate::domain::{
     Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
-    Route, SettlementStoreBinding, StoreError, WorkerId,
+    Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
 };
 use crate::store::{
     Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
@@ -175,8 +174,8 @@ impl SettlementOutcomeStore for SqliteStore {
         Ok(())
     }
 
-    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: u64) -> StoreResult<Vec<Enqueued>> {
-        let now = to_i64(now_ms, "now_ms")?;
+    async fn enqueue(&self, receipts: &[NewReceipt], now_ms: UnixMs) -> StoreResult<Vec<Enqueued>> {
+        let now = now_ms.as_i64();
         let items = receipts
             .iter()
             .map(|receipt| EnqueueItem {
@@ -195,10 +194,10 @@ impl SettlementOutcomeStore for SqliteStore {
         &self,
         receipt_id: &ReceiptId,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let (id, worker) = (receipt_id.clone(), worker_id.clone());
         let found = self
@@ -211,12 +210,12 @@ impl SettlementOutcomeStore for SqliteStore {
     async fn claim_from(
         &self,
         worker_id: &WorkerId,
-        now_ms: u64,
+        now_ms: UnixMs,
         lease_ms: LeaseMs,
         limit: ClaimLimit,
         only: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let (worker, only, turn) = (worker_id.clone(), only.to_vec(), self.turn.clone());
         self.writer
@@ -224,8 +223,8 @@ impl SettlementOutcomeStore for SqliteStore {
             .await
     }
 
-    async fn groups(&self, now_ms: u64, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
-        let now = to_i64(now_ms, "now_ms")?;
+    async fn groups(&self, now_ms: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
+        let now = now_ms.as_i64();
         let rows: Vec<GroupListRow> = sqlx::query_as(query.text(&group_list::SQLITE))
             .bind(now)
             .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
@@ -239,9 +238,9 @@ impl SettlementOutcomeStore for SqliteStore {
         &self,
         group: &GroupName,
         limits: &GroupLimits,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<()> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let (group, limits) = (group.clone(), *limits);
         self.writer
             .solo(move |conn| groups::set_limits(conn, &group, &limits, now))
@@ -255,7 +254,7 @@ impl SettlementOutcomeStore for SqliteStore {
         &self,
         outcomes: &[(Claim, Outcome)],
         policy: RetryPolicy,
-        observed_at_ms: u64,
+        observed_at_ms: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>> {
         let items = outcomes
             .iter()
@@ -280,7 +279,7 @@ impl SettlementOutcomeStore for SqliteStore {
         &self,
         claim: &Claim,
         extend_ms: LeaseMs,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Claimed> {
         let until = rules::lease_deadline(now_ms, extend_ms.get())?;
         self.writer
@@ -292,7 +291,7 @@ impl SettlementOutcomeStore for SqliteStore {
             .await
     }
 
-    async fn release_lease(&self, claim: &Claim, now_ms: u64) -> StoreResult<()> {
+    async fn release_lease(&self, claim: &Claim, now_ms: UnixMs) -> StoreResult<()> {
         self.writer
             .release(ReleaseItem {
                 claim: claim.clone(),
@@ -306,9 +305,9 @@ impl SettlementOutcomeStore for SqliteStore {
     async fn receipt(
         &self,
         receipt_id: &ReceiptId,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<Option<ReceiptView>> {
-        read::view(&self.reader, receipt_id.as_str(), to_i64(now_ms, "now_ms")?).await
+        read::view(&self.reader, receipt_id.as_str(), now_ms.as_i64()).await
     }
 
     async fn dead_letters(
@@ -331,10 +330,10 @@ impl SettlementOutcomeStore for SqliteStore {
         action: &OperatorAction,
         receipt_ids: &[ReceiptId],
         actor: Option<&str>,
-        now_ms: u64,
+        now_ms: UnixMs,
         dry_run: bool,
     ) -> StoreResult<Vec<ActionResult>> {
-        let now = to_i64(now_ms, "now_ms")?;
+        let now = now_ms.as_i64();
         let (op, ids, who) = (
             action.clone(),
             receipt_ids.to_vec(),
@@ -350,12 +349,12 @@ impl SettlementOutcomeStore for SqliteStore {
         Ok(results)
     }
 
-    async fn status(&self, now_ms: u64, limit: usize) -> StoreResult<StatusView> {
-        read::status(&self.reader, to_i64(now_ms, "now_ms")?, limit).await
+    async fn status(&self, now_ms: UnixMs, limit: usize) -> StoreResult<StatusView> {
+        read::status(&self.reader, now_ms.as_i64(), limit).await
     }
 
-    async fn purge_finished(&self, finished_before_ms: u64, limit: usize) -> StoreResult<u64> {
-        let before = to_i64(finished_before_ms, "finished_before_ms")?;
+    async fn purge_finished(&self, finished_before_ms: UnixMs, limit: usize) -> StoreResult<u64> {
+        let before = finished_before_ms.as_i64();
         self.writer
             .solo(move |conn| feed::purge(conn, before, limit))
             .await
@@ -368,30 +367,25 @@ impl SettlementOutcomeStore for SqliteStore {
         Ok(read)
     }
 
-    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: u64) -> StoreResult<()> {
-        let keep_from = to_i64(keep_from_ms, "keep_from_ms")?;
+    async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: UnixMs) -> StoreResult<()> {
+        let keep_from = keep_from_ms.as_i64();
         let minutes = minutes.to_vec();
         self.writer
             .background(move |conn| stats::add(conn, &minutes, keep_from))
             .await
     }
 
-    async fn stats(&self, from_ms: u64, to_ms: u64) -> StoreResult<Vec<StatsMinute>> {
-        stats::read(
-            &self.reader,
-            to_i64(from_ms, "from_ms")?,
-            to_i64(to_ms, "to_ms")?,
-        )
-        .await
+    async fn stats(&self, from_ms: UnixMs, to_ms: UnixMs) -> StoreResult<Vec<StatsMinute>> {
+        stats::read(&self.reader, from_ms.as_i64(), to_ms.as_i64()).await
     }
 
     async fn find_receipts(
         &self,
         filter: &ReceiptFilter,
         page: &SearchPage,
-        now_ms: u64,
+        now_ms: UnixMs,
     ) -> StoreResult<SearchResults> {
-        search::find(&self.reader, filter, page, to_i64(now_ms, "now_ms")?).await
+        search::find(&self.reader, filter, page, now_ms.as_i64()).await
     }
 }
 

@@ -12,10 +12,10 @@ use std::collections::{HashMap, HashSet};
 use rusqlite::Connection;
 
 use super::super::actions::{self, Binds};
-use super::super::rows::{ReceiptRow, to_i64};
+use super::super::rows::ReceiptRow;
 use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql};
 use super::lookup::{append_history, json, receipt_row, row, rows_by_id};
-use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError};
+use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, UnixMs};
 use crate::store::rows::receipt_columns;
 use crate::store::{Acted, ActionResult, OperatorAction, StoreResult};
 
@@ -25,14 +25,14 @@ pub struct OutcomeItem {
     pub claim: Claim,
     pub input: Outcome,
     pub policy: RetryPolicy,
-    pub observed_at_ms: u64,
+    pub observed_at_ms: UnixMs,
 }
 
 /// One lease extension: the claim, the server clock and the new deadline.
 #[derive(Debug, Clone)]
 pub struct ExtendItem {
     pub claim: Claim,
-    pub now_ms: u64,
+    pub now_ms: UnixMs,
     pub until: i64,
 }
 
@@ -40,15 +40,15 @@ pub struct ExtendItem {
 #[derive(Debug, Clone)]
 pub struct ReleaseItem {
     pub claim: Claim,
-    pub now_ms: u64,
+    pub now_ms: UnixMs,
 }
 
 /// The claim's six fields and the check time, as `jsonb_each` columns 0..=7.
 type CasRow<'a> = (&'a str, i64, i64, i64, &'a str, &'a str, i64, i64);
 
-fn cas_row(claim: &Claim, at_ms: u64) -> StoreResult<CasRow<'_>> {
+fn cas_row(claim: &Claim, at_ms: UnixMs) -> CasRow<'_> {
     let cas = Cas::of(claim);
-    Ok((
+    (
         cas.receipt_id,
         cas.finalized_at,
         cas.attempts,
@@ -56,8 +56,8 @@ fn cas_row(claim: &Claim, at_ms: u64) -> StoreResult<CasRow<'_>> {
         cas.lease_owner,
         cas.lease_token,
         cas.lease_until_ms,
-        to_i64(at_ms, "now_ms")?,
-    ))
+        at_ms.as_i64(),
+    )
 }
 
 /// The compare-and-swap of every row against batch row `b` (columns of
@@ -109,7 +109,7 @@ fn change_row(plan: &Plan) -> ChangeRow {
 fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult<HashSet<String>> {
     let mut batch = Vec::with_capacity(planned.len());
     for (claim, plan) in planned {
-        let c = cas_row(claim, 0)?;
+        let c = cas_row(claim, UnixMs::default());
         let n = change_row(plan);
         batch.push((
             c.0,
@@ -274,7 +274,7 @@ fn apply_planned(
 }
 
 /// Why a guarded lease write matched nothing.
-fn lease_miss(row: Option<&ReceiptRow>, claim: &Claim, now_ms: u64) -> StoreError {
+fn lease_miss(row: Option<&ReceiptRow>, claim: &Claim, now_ms: UnixMs) -> StoreError {
     match rules::explain_miss(row, claim, None, now_ms) {
         Err(e) => e,
         Ok(_) => rules::mismatch(),
@@ -288,10 +288,8 @@ pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreR
         let mut batch = Vec::new();
         for &i in &round {
             let it = &items[i];
-            match cas_row(&it.claim, it.now_ms) {
-                Ok(c) => batch.push((i, (c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, it.until))),
-                Err(e) => results[i] = Some(Err(e)),
-            }
+            let c = cas_row(&it.claim, it.now_ms);
+            batch.push((i, (c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, it.until)));
         }
         let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
         let mut updated: HashMap<String, ReceiptRow> = HashMap::new();
@@ -340,10 +338,7 @@ pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<Stor
         let mut batch = Vec::new();
         for &i in &round {
             let it = &items[i];
-            match cas_row(&it.claim, it.now_ms) {
-                Ok(row) => batch.push((i, row)),
-                Err(e) => results[i] = Some(Err(e)),
-            }
+            batch.push((i, cas_row(&it.claim, it.now_ms)));
         }
         let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
         let mut released = HashSet::new();
@@ -363,7 +358,7 @@ pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<Stor
         for (i, _) in &batch {
             let it = &items[*i];
             if released.contains(it.claim.receipt_id.as_str()) {
-                let now = to_i64(it.now_ms, "now_ms")?;
+                let now = it.now_ms.as_i64();
                 entries.push((
                     it.claim.receipt_id.as_str(),
                     rules::release_entry(&it.claim, now),
