@@ -12,6 +12,7 @@ mod dead_letters;
 mod errors;
 mod feed;
 mod groups;
+mod leases;
 mod long_polls;
 mod metrics;
 mod monitoring;
