@@ -31,7 +31,7 @@ const OPTIONS = {
   'batch-size': ['SETTLED_BATCH_SIZE', '16', 'receipts claimed per poll, 1..=1024'],
   'lease-ms': ['SETTLED_LEASE_MS', '30000', 'lease length asked for and extended to'],
   'wait-ms': ['SETTLED_WAIT_MS', '5000', 'long-poll wait when nothing is due, 0..=20000'],
-  'exit-when-idle': ['SETTLED_EXIT_WHEN_IDLE', '0', 'exit after N consecutive empty polls; 0 = never'],
+  'exit-when-idle': ['SETTLED_EXIT_WHEN_IDLE', '0', 'exit after N consecutive empty polls with no job in hand; 0 = never'],
   'timeout-rate': ['RAIL_TIMEOUT_RATE', '0.05', 'probability the rail times out (retryable, code rpc)'],
   'decline-rate': ['RAIL_DECLINE_RATE', '0.02', 'probability the rail declines (permanent, code verification)'],
   'slow-rate': ['RAIL_SLOW_RATE', '0', 'probability a settlement is slow and needs heartbeats'],
@@ -156,6 +156,10 @@ const cfg = config(process.argv.slice(2));
 const rail = new SimulatedRail(cfg);
 const log = (level, message) => console.error(`${new Date().toISOString()} ${cfg.workerId} ${level} ${message}`);
 let idle = 0;
+// Receipts claimed and not yet answered (a slow job may still end in a retry), and the events
+// that end a claimed job here: its outcome's route, a release, a lost lease, a refusal.
+const holding = new Set();
+const DONE_EVENTS = new Set(['no_action', 'retry_scheduled', 'dead_lettered', 'released', 'lease_lost', 'error']);
 
 const worker = new Worker(new Client(cfg.url, { token: cfg.token || undefined }), {
   workerId: cfg.workerId,
@@ -168,8 +172,11 @@ const worker = new Worker(new Client(cfg.url, { token: cfg.token || undefined })
   // The rail's transcript id settles the receipt; Retryable / Permanent / Skip report the rest.
   handler: (job, signal) => rail.charge(job.receiptId, job.observation, signal),
   onEvent: (event, job, info) => {
+    if (event === 'claimed') holding.add(job.receiptId);
+    else if (DONE_EVENTS.has(event) && job) holding.delete(job.receiptId);
     if (event === 'poll') {
-      idle = info.claimed ? 0 : idle + 1;
+      // A poll is idle only with nothing in hand.
+      idle = info.claimed || holding.size ? 0 : idle + 1;
       if (cfg.exitWhenIdle && idle >= cfg.exitWhenIdle) worker.stop();
     } else if (cfg.verbose && job) log('INFO', `${event} ${job.receiptId} ${JSON.stringify(info)}`);
   },

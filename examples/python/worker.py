@@ -49,7 +49,8 @@ def parse_args(argv):
     flag("--wait-ms", type=int, default=int(env("SETTLED_WAIT_MS", 5000)),
          help="long-poll wait when nothing is due, 0..=20000 [env SETTLED_WAIT_MS]")
     flag("--exit-when-idle", type=int, default=int(env("SETTLED_EXIT_WHEN_IDLE", 0)), metavar="N",
-         help="exit after N consecutive empty polls; 0 = never [env SETTLED_EXIT_WHEN_IDLE]")
+         help="exit after N consecutive empty polls with no job in hand; 0 = never "
+              "[env SETTLED_EXIT_WHEN_IDLE]")
     flag("--timeout-rate", type=float, default=float(env("RAIL_TIMEOUT_RATE", 0.05)),
          help="probability the rail times out (retryable, code rpc) [env RAIL_TIMEOUT_RATE]")
     flag("--decline-rate", type=float, default=float(env("RAIL_DECLINE_RATE", 0.02)),
@@ -99,6 +100,10 @@ class SimulatedRail:
 
 # The worker: everything settled-specific is below.
 
+# Events that end a claimed job here: its outcome's route, a release, a lost lease, a refusal.
+DONE_EVENTS = {"no_action", "retry_scheduled", "dead_lettered", "released", "lease_lost", "error"}
+
+
 def main(argv):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
@@ -109,11 +114,17 @@ def main(argv):
         return await rail.charge(job.receipt_id, job.observation)  # the rail's transcript id
 
     idle = 0
+    holding = set()  # receipts claimed and not yet answered: a retry may follow
 
     def on_event(event, job, info):
         nonlocal idle
+        if event == "claimed":
+            holding.add(job.receipt_id)
+        elif event in DONE_EVENTS and job is not None:
+            holding.discard(job.receipt_id)
         if event == "poll":
-            idle = 0 if info["claimed"] else idle + 1
+            # A poll is idle only with nothing in hand: a slow job may still end in a retry.
+            idle = 0 if info["claimed"] or holding else idle + 1
             if args.exit_when_idle and idle >= args.exit_when_idle:
                 worker.stop()
         elif args.verbose and job is not None:
