@@ -217,7 +217,34 @@ async fn lapsed_leases_come_back_in_claim_order(fresh: Fresh) {
     );
 }
 
+/// A group's oldest due time is its earliest due receipt of any priority
+/// (each priority's first entry of the claim index), not the highest
+/// priority's, and not a receipt not yet due.
+async fn a_groups_oldest_due_spans_its_priorities(fresh: Fresh) {
+    enqueue_new(
+        &fresh,
+        &[
+            ranked("high", "mixed", 9, T0 - 100),
+            ranked("mid", "mixed", 0, T0 - 700),
+            ranked("low", "mixed", -3, T0 - 300),
+            ranked("later", "mixed", 4, T0 + 500),
+        ],
+        T0,
+    )
+    .await;
+    let mixed = |all: Vec<(String, Option<u64>, u64, u64)>| {
+        all.into_iter()
+            .filter(|g| g.0 == "mixed")
+            .map(|g| (g.1, g.2, g.3))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(mixed(groups_at(&fresh, T0).await), [(Some(4), 0, 700)]);
+    claim(&fresh, "mid", "w", T0, 1_000).await;
+    assert_eq!(mixed(groups_at(&fresh, T0).await), [(Some(4), 1, 300)]);
+}
+
 crate::on_every_backend!(
+    a_groups_oldest_due_spans_its_priorities,
     within_a_group_the_highest_priority_comes_first,
     many_rows_not_yet_due_at_a_high_priority_do_not_hide_due_work,
     priorities_do_not_change_how_groups_share_a_claim,

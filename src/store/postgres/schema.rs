@@ -70,6 +70,11 @@ pub(super) async fn session(
     // with default TCP keepalives. The server ends it after the same bound.
     let set = format!("SET idle_in_transaction_session_timeout = {statement_timeout_ms}");
     conn.execute(sqlx::AssertSqlSafe(set)).await?;
+    // Every statement settled runs reads index ranges and takes milliseconds;
+    // a generic plan's estimate can still pass `jit_above_cost`, and then
+    // compiling it took 0.5 s of the 7 ms the groups of `/v1/status` take
+    // at 10 M receipts (BENCHMARKS.md).
+    conn.execute("SET jit = off").await?;
     Ok(())
 }
 
