@@ -8,6 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync {
     /// Now, in Unix milliseconds.
     fn now_ms(&self) -> u64;
+
+    /// Now, as the store takes it (a reading past `i64::MAX` ms is that bound).
+    fn now(&self) -> crate::domain::UnixMs {
+        crate::domain::UnixMs::saturating(self.now_ms())
+    }
 }
 
 /// The system wall clock.

@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
-use crate::domain::UnixMs;
 use crate::store::SharedStore;
 
 /// Rows removed per transaction.
@@ -19,8 +18,7 @@ pub const EVERY: Duration = Duration::from_secs(60);
 
 /// One pass: remove everything finished before `now - retain`, batch by batch.
 pub async fn purge_once(store: &SharedStore, clock: &dyn Clock, retain: Duration) -> u64 {
-    let cutoff =
-        UnixMs::saturating(clock.now_ms()) - u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
+    let cutoff = clock.now() - u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
     let mut removed = 0;
     loop {
         match store.purge_finished(cutoff, BATCH).await {

@@ -161,7 +161,7 @@ impl AppState {
     /// The server clock.
     #[must_use]
     pub fn now(&self) -> crate::domain::UnixMs {
-        crate::domain::UnixMs::saturating(self.clock.now_ms())
+        self.clock.now()
     }
 
     /// Turn a store result into an API result, counting refused writes.
