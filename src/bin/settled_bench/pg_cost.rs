@@ -15,13 +15,18 @@ pub struct PgCost {
 }
 
 /// What one phase wrote.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Written {
     pub wal_bytes: f64,
     pub index_entries: f64,
     pub rows_inserted: f64,
     pub rows_updated: f64,
     pub hot_updates: f64,
+    /// The WAL positions before and after (`FROM-TO`), to read the records
+    /// themselves with `pg_waldump` (`bench/pg_wal_records.sh`).
+    pub wal_range: String,
+    /// The database's relations by file number (`pg_waldump` names them so).
+    pub relations: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -68,15 +73,29 @@ impl PgCost {
     /// What was written since `start`.
     pub async fn finish(mut self) -> Option<Written> {
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-        let wal: f64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - $1::pg_lsn)::float8")
-            .bind(&self.lsn)
-            .fetch_one(&mut self.conn)
-            .await
-            .ok()?;
+        let (wal, end): (f64, String) = sqlx::query_as(
+            "SELECT (pg_current_wal_lsn() - $1::pg_lsn)::float8, pg_current_wal_lsn()::text",
+        )
+        .bind(&self.lsn)
+        .fetch_one(&mut self.conn)
+        .await
+        .ok()?;
         let after = tables(&mut self.conn).await?;
+        let relations: Vec<(String, String)> = sqlx::query_as(
+            "SELECT (SELECT oid FROM pg_database WHERE datname = current_database())::text \
+             || '/' || c.relfilenode::text, c.relname::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') \
+             AND c.relfilenode <> 0",
+        )
+        .fetch_all(&mut self.conn)
+        .await
+        .ok()?;
         let _ = self.conn.close().await;
         let mut written = Written {
             wal_bytes: wal,
+            wal_range: format!("{}-{end}", self.lsn),
+            relations: relations.into_iter().collect(),
             ..Written::default()
         };
         for t in &after {

@@ -159,6 +159,8 @@ impl Report {
             "db_rows_inserted_per_receipt": self.db_written_per_receipt(|w| w.rows_inserted).map(|c| round(c, 2)),
             "db_rows_updated_per_receipt": self.db_written_per_receipt(|w| w.rows_updated).map(|c| round(c, 2)),
             "db_hot_updates_per_receipt": self.db_written_per_receipt(|w| w.hot_updates).map(|c| round(c, 2)),
+            "db_wal_range": self.db_written.as_ref().map(|w| w.wal_range.clone()),
+            "db_relations": self.db_written.as_ref().map(|w| w.relations.clone()),
             "peak_rss_mb": self.peak_rss_mb.map(|m| round(m, 1)),
             "verified_receipts": self.verified_receipts,
             "counts_before": self.counts_before,

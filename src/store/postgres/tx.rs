@@ -15,7 +15,13 @@ pub(super) async fn begin(pool: &PgPool) -> StoreResult<Tx> {
 /// index ranges bounded by what it takes or the leases out; on a table that
 /// grew since it was last analyzed the planner can take a scan of the whole
 /// table as cheaper (the lapsed leases, for instance), so the claim rules
-/// that out for its own transaction. Its statements are planned once per
+/// that out for its own transaction. Bitmap scans too: on a server that has
+/// run longer than its leases, the lapsed range of `receipts_leases` holds
+/// an entry for every leased row version not yet vacuumed, and a bitmap
+/// scan fetches each of those dead rows from the table at every claim
+/// (433 000 of them, 150 ms a claim, BENCHMARKS.md "A server that has run
+/// longer than its leases"). A plain index scan marks each dead entry once,
+/// and later scans step over it without the table. Its statements are planned once per
 /// connection (`force_generic_plan`): the claim statement's custom plan was
 /// made again at every call, as long as running it (0.6 ms each, most of a
 /// one-by-one claim). A claim changes no receipt count (only
@@ -24,7 +30,8 @@ pub(super) async fn begin(pool: &PgPool) -> StoreResult<Tx> {
 pub(super) async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
     begin_with(
         pool,
-        "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan; \
+        "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
+         SET LOCAL plan_cache_mode = force_generic_plan; \
          SET LOCAL settled.counted = on",
     )
     .await
