@@ -203,11 +203,18 @@ impl PostgresStore {
         begin(&self.pool).await
     }
 
-    /// A consistent snapshot for reads that span several statements.
+    /// A consistent snapshot for reads. Every read is meant to be index
+    /// ranges bounded by the page, the leases out or the groups; on a busy
+    /// table whose statistics are stale the planner took scans of the whole
+    /// table for some of them (the oldest lapsed lease of `/v1/status`: a
+    /// parallel scan of every row, 155 ms a call), and bitmap scans fetch
+    /// every dead row version from the table at every call, where an index
+    /// scan marks it once (src/store/postgres/tx.rs, `begin_claim`).
     async fn begin_read(&self) -> StoreResult<Tx> {
         begin_with(
             &self.pool,
-            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+             SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off",
         )
         .await
     }
@@ -337,12 +344,15 @@ impl SettlementOutcomeStore for PostgresStore {
         let now = now_ms.as_i64();
         let rows: Vec<GroupListRow> = self
             .bounded(async {
-                Ok(sqlx::query_as(query.text(&group_list::PG))
+                let mut tx = self.begin_read().await?;
+                let rows = sqlx::query_as(query.text(&group_list::PG))
                     .bind(now)
                     .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
                     .bind(&query.after)
-                    .fetch_all(&self.pool)
-                    .await?)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(rows)
             })
             .await?;
         rows.into_iter().map(|r| r.view(now)).collect()

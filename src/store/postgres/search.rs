@@ -26,7 +26,9 @@ impl PostgresStore {
                     Bind::Text(t) => query.bind(t),
                 };
             }
-            rows = query.fetch_all(&self.pool).await?;
+            let mut tx = self.begin_read().await?;
+            rows = query.fetch_all(&mut *tx).await?;
+            tx.commit().await?;
         }
         search::assemble(filter, page, now, budget, rows)
     }
