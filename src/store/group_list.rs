@@ -6,7 +6,7 @@ use sqlx::FromRow;
 
 use super::StoreResult;
 use super::rows::to_u64;
-use super::rules::{lapsed_sql, unleased_sql};
+use super::rules::{lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql};
 use super::views::GroupView;
 
 /// The statement with its parameters: now (ms), page size, list names after
@@ -28,14 +28,11 @@ macro_rules! list_groups {
              (SELECT MIN(m) FROM (SELECT (SELECT next_visible_at_ms FROM receipts \
                 WHERE receipt_group = g.name AND priority = lv.p AND ",
             unleased_sql!(),
-            " ORDER BY next_visible_at_ms LIMIT 1) AS m FROM (WITH RECURSIVE lv (p) AS \
-                (SELECT (SELECT priority FROM receipts WHERE receipt_group = g.name AND ",
-            unleased_sql!(),
-            " ORDER BY priority DESC LIMIT 1) UNION ALL SELECT (SELECT priority FROM receipts \
-                WHERE receipt_group = g.name AND ",
-            unleased_sql!(),
-            " AND priority < lv.p ORDER BY priority DESC LIMIT 1) FROM lv WHERE lv.p IS NOT NULL) \
-                SELECT p FROM lv WHERE p IS NOT NULL) AS lv \
+            " ORDER BY next_visible_at_ms LIMIT 1) AS m FROM (WITH RECURSIVE lv (p) AS (SELECT ",
+            top_priority_sql!("receipts", "g.name"),
+            " UNION ALL SELECT ",
+            priority_below_sql!("receipts", "g.name", "lv.p"),
+            " FROM lv WHERE lv.p IS NOT NULL) SELECT p FROM lv WHERE p IS NOT NULL) AS lv \
               UNION ALL SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
             lapsed_sql!($now),
             " AND receipt_group = g.name AND next_visible_at_ms <= ",

@@ -13,7 +13,9 @@ use crate::domain::{
 };
 use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, turn_after};
 use crate::store::rows::ReceiptRow;
-use crate::store::rules::{claimable_sql, lapsed_sql, unleased_sql};
+use crate::store::rules::{
+    claimable_sql, lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql,
+};
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
 /// The priorities in use among the claimable rows holding no lease of each
@@ -27,15 +29,11 @@ macro_rules! group_levels {
         concat!(
             "WITH RECURSIVE q AS (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY \
                AS q (name, quota, n)), \
-             levels (n, name, quota, p) AS (SELECT n, name, quota, (SELECT priority FROM receipts \
-               WHERE receipt_group = q.name AND ",
-            unleased_sql!(),
-            " ORDER BY priority DESC LIMIT 1) FROM q \
-               UNION ALL SELECT n, name, quota, (SELECT priority FROM receipts \
-               WHERE receipt_group = l.name AND ",
-            unleased_sql!(),
-            " AND priority < l.p ORDER BY priority DESC LIMIT 1) \
-               FROM levels AS l WHERE l.p IS NOT NULL), "
+             levels (n, name, quota, p) AS (SELECT n, name, quota, ",
+            top_priority_sql!("receipts", "q.name"),
+            " FROM q UNION ALL SELECT n, name, quota, ",
+            priority_below_sql!("receipts", "l.name", "l.p"),
+            " FROM levels AS l WHERE l.p IS NOT NULL), "
         )
     };
 }

@@ -11,7 +11,10 @@ use crate::domain::{
 };
 
 mod sql;
-pub(crate) use sql::{cas_sql, claimable_sql, history_insert, lapsed_sql, unleased_sql};
+pub(crate) use sql::{
+    cas_sql, claimable_sql, history_insert, lapsed_sql, priority_below_sql, top_priority_sql,
+    unleased_sql,
+};
 
 /// The claim fields of the compare-and-swap, as the database binds them.
 #[derive(Debug, Clone)]

@@ -44,6 +44,44 @@ macro_rules! unleased_sql {
 }
 pub(crate) use unleased_sql;
 
+/// The highest priority among the rows of group `$group` holding no lease
+/// (read from `$table`, which may name the claim index for SQLite), and the
+/// next one below `$below`: the steps of a loose index scan of
+/// `receipts_due` `(group, priority, due, id)`, one probe per priority in
+/// use, which claims and the groups list walk alike.
+macro_rules! top_priority_sql {
+    ($table:literal, $group:literal) => {
+        concat!(
+            "(SELECT priority FROM ",
+            $table,
+            " WHERE receipt_group = ",
+            $group,
+            " AND ",
+            unleased_sql!(),
+            " ORDER BY priority DESC LIMIT 1)"
+        )
+    };
+}
+pub(crate) use top_priority_sql;
+
+/// See [`top_priority_sql`].
+macro_rules! priority_below_sql {
+    ($table:literal, $group:literal, $below:literal) => {
+        concat!(
+            "(SELECT priority FROM ",
+            $table,
+            " WHERE receipt_group = ",
+            $group,
+            " AND ",
+            unleased_sql!(),
+            " AND priority < ",
+            $below,
+            " ORDER BY priority DESC LIMIT 1)"
+        )
+    };
+}
+pub(crate) use priority_below_sql;
+
 /// Claimable once due, its lease lapsed at `$now`: a range of
 /// `receipts_leases` (a lease implies an active row; the status is said for
 /// the reader).

@@ -14,7 +14,9 @@ use crate::store::fair::{
     DueClaims, FairClaim, GroupRow, Turn, claim_order, in_turn, limits, turn_after,
 };
 use crate::store::rows::{ReceiptRow, receipt_columns};
-use crate::store::rules::{claimable_sql, lapsed_sql, unleased_sql};
+use crate::store::rules::{
+    claimable_sql, lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql,
+};
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
 const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
@@ -116,16 +118,11 @@ pub fn live_leased(
 macro_rules! group_levels {
     () => {
         concat!(
-            "WITH RECURSIVE levels (key, name, p) AS (SELECT q.key, q.value, \
-               (SELECT priority FROM receipts INDEXED BY receipts_due WHERE receipt_group = q.value \
-               AND ",
-            unleased_sql!(),
-            " ORDER BY priority DESC LIMIT 1) FROM json_each(?1) AS q \
-               UNION ALL SELECT l.key, l.name, (SELECT priority FROM receipts \
-               INDEXED BY receipts_due WHERE receipt_group = l.name AND ",
-            unleased_sql!(),
-            " AND priority < l.p ORDER BY priority DESC LIMIT 1) \
-               FROM levels AS l WHERE l.p IS NOT NULL) "
+            "WITH RECURSIVE levels (key, name, p) AS (SELECT q.key, q.value, ",
+            top_priority_sql!("receipts INDEXED BY receipts_due", "q.value"),
+            " FROM json_each(?1) AS q UNION ALL SELECT l.key, l.name, ",
+            priority_below_sql!("receipts INDEXED BY receipts_due", "l.name", "l.p"),
+            " FROM levels AS l WHERE l.p IS NOT NULL) "
         )
     };
 }
