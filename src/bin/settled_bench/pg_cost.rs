@@ -23,7 +23,7 @@ pub struct Written {
     pub rows_updated: f64,
     pub hot_updates: f64,
     /// The WAL positions before and after (`FROM-TO`), to read the records
-    /// themselves with `pg_waldump` (`bench/pg_wal_records.sh`).
+    /// themselves with `pg_waldump` (`bench/pg_wal_records.py`).
     pub wal_range: String,
     /// The database's relations by file number (`pg_waldump` names them so).
     pub relations: std::collections::BTreeMap<String, String>,

@@ -207,7 +207,7 @@ impl PostgresStore {
     /// ranges bounded by the page, the leases out or the groups; on a busy
     /// table whose statistics are stale the planner took scans of the whole
     /// table for some of them (the oldest lapsed lease of `/v1/status`: a
-    /// parallel scan of every row, 155 ms a call), and bitmap scans fetch
+    /// parallel scan of every row, ~160 ms a call), and bitmap scans fetch
     /// every dead row version from the table at every call, where an index
     /// scan marks it once (src/store/postgres/tx.rs, `begin_claim`).
     async fn begin_read(&self) -> StoreResult<Tx> {

@@ -21,10 +21,10 @@ pub(super) async fn begin(pool: &PgPool) -> StoreResult<Tx> {
 /// scan fetches each of those dead rows from the table at every claim
 /// (433 000 of them, 150 ms a claim, BENCHMARKS.md "A server that has run
 /// longer than its leases"). A plain index scan marks each dead entry once,
-/// and later scans step over it without the table. Its statements are planned once per
-/// connection (`force_generic_plan`): the claim statement's custom plan was
-/// made again at every call, as long as running it (0.6 ms each, most of a
-/// one-by-one claim). A claim changes no receipt count (only
+/// and later scans step over it without the table. Its statements are
+/// planned once per connection (`force_generic_plan`): the claim statement's
+/// custom plan was made again at every call, as long as running it (0.6 ms
+/// each, most of a one-by-one claim). A claim changes no receipt count (only
 /// the lease and the row version), so the counting trigger is told to leave
 /// it (migrations/postgres/0015_counts_in_statement.sql).
 pub(super) async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
