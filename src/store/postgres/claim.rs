@@ -23,7 +23,13 @@ use crate::store::{ReceiptClaim, StoreResult, rules};
 /// first: one probe of `receipts_due` per priority (a loose index scan), so
 /// that each is then read as its own index range `(group, priority, due <=
 /// now)`, which ends at the first row not yet due. Leased rows are not in
-/// that index (migrations/postgres/0014_unleased_due.sql).
+/// that index (migrations/postgres/0014_unleased_due.sql). Then the groups
+/// with a lapsed lease due, read once from `receipts_leases` for the whole
+/// claim: on a server that has run longer than its leases that range holds
+/// an entry for every leased row version not yet vacuumed, and reading it
+/// once per group made a claim over 1 000 groups read it 1 000 times
+/// (~110 receipts settled a second, BENCHMARKS.md "A server that has run
+/// longer than its leases").
 macro_rules! group_levels {
     () => {
         concat!(
@@ -33,7 +39,10 @@ macro_rules! group_levels {
             top_priority_sql!("receipts", "q.name"),
             " FROM q UNION ALL SELECT n, name, quota, ",
             priority_below_sql!("receipts", "l.name", "l.p"),
-            " FROM levels AS l WHERE l.p IS NOT NULL), "
+            " FROM levels AS l WHERE l.p IS NOT NULL), \
+             lapsed AS MATERIALIZED (SELECT DISTINCT receipt_group FROM receipts WHERE ",
+            lapsed_sql!("$1"),
+            " AND next_visible_at_ms <= $1), "
         )
     };
 }
@@ -82,7 +91,8 @@ const CLAIM_DUE: &str = concat!(
        (SELECT ctid AS at, receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
     level_due!(),
     " FOR UPDATE SKIP LOCKED) AS d WHERE l.p IS NOT NULL \
-       UNION ALL SELECT e.*, q.n, q.quota FROM q CROSS JOIN LATERAL \
+       UNION ALL SELECT e.*, q.n, q.quota FROM q JOIN lapsed ON lapsed.receipt_group = q.name \
+       CROSS JOIN LATERAL \
        (SELECT ctid AS at, receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
     expired_due!(),
     " FOR UPDATE SKIP LOCKED) AS e), \
@@ -111,6 +121,7 @@ const READ_DUE: &str = concat!(
     level_due!(),
     ") AS r WHERE l.p IS NOT NULL \
        UNION ALL SELECT q.n - 1, e.receipt_id, e.next_visible_at_ms, e.priority FROM q \
+       JOIN lapsed ON lapsed.receipt_group = q.name \
        CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms, priority ",
     expired_due!(),
     ") AS e) SELECT grp, receipt_id, next_visible_at_ms, priority FROM d"
