@@ -14,17 +14,32 @@ use super::views::GroupView;
 /// group's oldest due time is the earliest of each priority's first entry
 /// in the claim index `(group, priority, due)`, found one priority at a time
 /// (as a claim finds them): a minimum over the whole due range would read
-/// every due entry of the group (0.8 s at 3 M, BENCHMARKS.md).
+/// every due entry of the group (0.8 s at 3 M, BENCHMARKS.md). The leases
+/// are read once for the page, not once per group: `receipts_leases` is
+/// ordered by deadline, so a group's leases are not a range of it, and each
+/// group's count read every live lease (and on PostgreSQL visited its row).
 macro_rules! list_groups {
     ($now:literal, $limit:literal, $cmp:literal, $after:literal, $depth:expr) => {
         concat!(
-            "SELECT g.name, g.paused, g.max_leased, g.rate_per_s, g.burst, ",
-            $depth,
-            " AS depth, \
-             (SELECT COUNT(*) FROM receipts WHERE receipt_group = g.name AND status = 'active' \
-                AND held_at_ms IS NULL AND lease_until_ms > ",
+            "WITH page AS MATERIALIZED (SELECT * FROM receipt_groups WHERE name ",
+            $cmp,
+            " ",
+            $after,
+            " ORDER BY name LIMIT ",
+            $limit,
+            "), leased AS MATERIALIZED (SELECT receipt_group, COUNT(*) AS n FROM receipts \
+               WHERE lease_until_ms > ",
             $now,
-            ") AS leased, \
+            " AND status = 'active' AND held_at_ms IS NULL GROUP BY receipt_group), \
+             lapsed AS MATERIALIZED (SELECT receipt_group, MIN(next_visible_at_ms) AS m \
+               FROM receipts WHERE ",
+            lapsed_sql!($now),
+            " AND next_visible_at_ms <= ",
+            $now,
+            " GROUP BY receipt_group) \
+             SELECT g.name, g.paused, g.max_leased, g.rate_per_s, g.burst, ",
+            $depth,
+            " AS depth, COALESCE(leased.n, 0) AS leased, \
              (SELECT MIN(m) FROM (SELECT (SELECT next_visible_at_ms FROM receipts \
                 WHERE receipt_group = g.name AND priority = lv.p AND ",
             unleased_sql!(),
@@ -33,18 +48,11 @@ macro_rules! list_groups {
             " UNION ALL SELECT ",
             priority_below_sql!("receipts", "g.name", "lv.p"),
             " FROM lv WHERE lv.p IS NOT NULL) SELECT p FROM lv WHERE p IS NOT NULL) AS lv \
-              UNION ALL SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
-            lapsed_sql!($now),
-            " AND receipt_group = g.name AND next_visible_at_ms <= ",
+              UNION ALL SELECT lapsed.m) AS due WHERE m <= ",
             $now,
-            ") AS due WHERE m <= ",
-            $now,
-            ") AS oldest_due FROM receipt_groups g WHERE g.name ",
-            $cmp,
-            " ",
-            $after,
-            " ORDER BY g.name LIMIT ",
-            $limit
+            ") AS oldest_due FROM page AS g \
+             LEFT JOIN leased ON leased.receipt_group = g.name \
+             LEFT JOIN lapsed ON lapsed.receipt_group = g.name ORDER BY g.name"
         )
     };
 }

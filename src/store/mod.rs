@@ -338,14 +338,18 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         self.receipt(receipt_id, now_ms).await
     }
 
-    /// [`SettlementOutcomeStore::status`] with the first groups' figures.
+    /// [`SettlementOutcomeStore::status`] with the first groups' figures,
+    /// read side by side (each is a snapshot of its own, as before).
     pub async fn status_at_a_glance(
         &self,
         now_ms: UnixMs,
         limit: usize,
     ) -> StoreResult<StatusView> {
-        let mut status = self.status(now_ms, limit).await?;
-        status.groups = self.groups(now_ms, &GroupQuery::at_a_glance()).await?;
+        let glance = GroupQuery::at_a_glance();
+        let (status, groups) =
+            tokio::join!(self.status(now_ms, limit), self.groups(now_ms, &glance));
+        let mut status = status?;
+        status.groups = groups?;
         Ok(status)
     }
 

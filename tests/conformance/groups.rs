@@ -375,8 +375,66 @@ async fn a_rate_limit_holds_within_ten_percent_over_ten_seconds(fresh: Fresh) {
     );
 }
 
+/// Each listed group's figures count its own leases only, live and lapsed,
+/// whatever the other groups hold, and a page lists only its groups: the
+/// list reads every lease once and shares it out by group. A held receipt's
+/// lease is neither leased nor due.
+async fn each_group_counts_only_its_own_leases(fresh: Fresh) {
+    enqueue_new(
+        &fresh,
+        &[
+            in_group("a1", "a", T0 - 100),
+            in_group("a2", "a", T0 - 200),
+            in_group("a3", "a", T0 - 50),
+            in_group("b1", "b", T0 - 900),
+            in_group("b2", "b", T0 + 60_000),
+            in_group("c1", "c", T0 + 60_000),
+        ],
+        T0,
+    )
+    .await;
+    let s = store(&fresh);
+    claim(&fresh, "a1", "w", T0, 600_000).await;
+    claim(&fresh, "a2", "w", T0, 600_000).await;
+    claim(&fresh, "b1", "w", T0, 1_000).await;
+    let hold = settled::store::OperatorAction::Hold { reason: None };
+    let held = s.act(&hold, &[rid("a2")], None, ms(T0), false).await;
+    assert!(held.unwrap().iter().all(Result::is_ok));
+    let now = T0 + 5_000;
+    let figures = |all: Vec<settled::store::GroupView>| {
+        all.into_iter()
+            .map(|g| (g.group, g.depth, g.leased, g.oldest_due_age_ms))
+            .collect::<Vec<_>>()
+    };
+    let page = GroupQuery {
+        limit: 2,
+        after: String::new(),
+        exact: false,
+        depth: true,
+    };
+    // a: a1 leased (live), a2 held, a3 due 5 050 ms ago; b: b1's lease
+    // lapsed (due 5 900 ms ago), b2 not yet due; c is past the page.
+    assert_eq!(
+        figures(s.groups(ms(now), &page).await.unwrap()),
+        [
+            ("a".to_owned(), Some(2), 1, 5_050),
+            ("b".to_owned(), Some(2), 0, 5_900),
+        ]
+    );
+    assert_eq!(
+        figures(s.groups(ms(now), &one("c")).await.unwrap()),
+        [("c".to_owned(), Some(1), 0, 0)]
+    );
+    // Before b1's lease lapses, b has nothing due and one lease.
+    assert_eq!(
+        figures(s.groups(ms(T0 + 500), &one("b")).await.unwrap()),
+        [("b".to_owned(), Some(2), 1, 0)]
+    );
+}
+
 crate::on_every_backend!(
     the_group_is_part_of_the_identity_and_shown,
+    each_group_counts_only_its_own_leases,
     a_small_group_gets_its_share_from_the_first_claim,
     every_group_gets_its_turn,
     a_claim_may_name_its_groups,

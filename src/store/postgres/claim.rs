@@ -23,13 +23,7 @@ use crate::store::{ReceiptClaim, StoreResult, rules};
 /// first: one probe of `receipts_due` per priority (a loose index scan), so
 /// that each is then read as its own index range `(group, priority, due <=
 /// now)`, which ends at the first row not yet due. Leased rows are not in
-/// that index (migrations/postgres/0014_unleased_due.sql). Then the groups
-/// with a lapsed lease due, read once from `receipts_leases` for the whole
-/// claim: on a server that has run longer than its leases that range holds
-/// an entry for every leased row version not yet vacuumed, and reading it
-/// once per group made a claim over 1 000 groups read it 1 000 times
-/// (~110 receipts settled a second, BENCHMARKS.md "A server that has run
-/// longer than its leases").
+/// that index (migrations/postgres/0014_unleased_due.sql).
 macro_rules! group_levels {
     () => {
         concat!(
@@ -39,8 +33,21 @@ macro_rules! group_levels {
             top_priority_sql!("receipts", "q.name"),
             " FROM q UNION ALL SELECT n, name, quota, ",
             priority_below_sql!("receipts", "l.name", "l.p"),
-            " FROM levels AS l WHERE l.p IS NOT NULL), \
-             lapsed AS MATERIALIZED (SELECT DISTINCT receipt_group FROM receipts WHERE ",
+            " FROM levels AS l WHERE l.p IS NOT NULL), "
+        )
+    };
+}
+
+/// The groups with a lapsed lease due, read once from `receipts_leases` for
+/// the whole claim. On a server that has
+/// run longer than its leases that range holds an entry for every leased
+/// row version not yet vacuumed, and reading it once per group made a claim
+/// over 1 000 groups read it 1 000 times (~110 receipts settled a second,
+/// BENCHMARKS.md "A server that has run longer than its leases").
+macro_rules! lapsed_groups {
+    () => {
+        concat!(
+            "lapsed AS MATERIALIZED (SELECT DISTINCT receipt_group FROM receipts WHERE ",
             lapsed_sql!("$1"),
             " AND next_visible_at_ms <= $1), "
         )
@@ -87,6 +94,7 @@ macro_rules! expired_due {
 /// the quota).
 const CLAIM_DUE: &str = concat!(
     group_levels!(),
+    lapsed_groups!(),
     "locked AS (SELECT d.*, l.n AS grp, l.quota FROM levels AS l CROSS JOIN LATERAL \
        (SELECT ctid AS at, receipt_id, row_version, next_visible_at_ms, lease_until_ms, priority ",
     level_due!(),
@@ -116,6 +124,7 @@ const CLAIM_DUE: &str = concat!(
 /// (cut to each group's first `$3[g]` in Rust).
 const READ_DUE: &str = concat!(
     group_levels!(),
+    lapsed_groups!(),
     "d AS (SELECT l.n - 1 AS grp, receipt_id, next_visible_at_ms, priority FROM levels AS l \
        CROSS JOIN LATERAL (SELECT receipt_id, next_visible_at_ms, priority ",
     level_due!(),

@@ -37,7 +37,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::QueryAs;
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -88,7 +89,7 @@ const CHANNEL: &str = "settled_work";
 
 type Tx = Transaction<'static, Postgres>;
 
-use tx::{begin, begin_claim, begin_with, commit, finish};
+use tx::{begin, begin_claim, begin_read, commit, finish};
 
 /// The PostgreSQL store.
 pub struct PostgresStore {
@@ -203,20 +204,19 @@ impl PostgresStore {
         begin(&self.pool).await
     }
 
-    /// A consistent snapshot for reads. Every read is meant to be index
-    /// ranges bounded by the page, the leases out or the groups; on a busy
-    /// table whose statistics are stale the planner took scans of the whole
-    /// table for some of them (the oldest lapsed lease of `/v1/status`: a
-    /// parallel scan of every row, ~160 ms a call), and bitmap scans fetch
-    /// every dead row version from the table at every call, where an index
-    /// scan marks it once (src/store/postgres/tx.rs, `begin_claim`).
     async fn begin_read(&self) -> StoreResult<Tx> {
-        begin_with(
-            &self.pool,
-            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
-             SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off",
-        )
-        .await
+        begin_read(&self.pool).await
+    }
+
+    /// Every row `query` returns, from a read transaction of its own.
+    async fn read_all<O>(&self, query: QueryAs<'_, Postgres, O, PgArguments>) -> StoreResult<Vec<O>>
+    where
+        O: Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow>,
+    {
+        let mut tx = self.begin_read().await?;
+        let rows = query.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
     }
 }
 
@@ -343,17 +343,14 @@ impl SettlementOutcomeStore for PostgresStore {
     async fn groups(&self, now_ms: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
         let now = now_ms.as_i64();
         let rows: Vec<GroupListRow> = self
-            .bounded(async {
-                let mut tx = self.begin_read().await?;
-                let rows = sqlx::query_as(query.text(&group_list::PG))
-                    .bind(now)
-                    .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-                    .bind(&query.after)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(rows)
-            })
+            .bounded(
+                self.read_all(
+                    sqlx::query_as(query.text(&group_list::PG))
+                        .bind(now)
+                        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+                        .bind(&query.after),
+                ),
+            )
             .await?;
         rows.into_iter().map(|r| r.view(now)).collect()
     }

@@ -3,7 +3,7 @@
 
 use super::super::rows::to_i64;
 use super::{PostgresStore, history, row};
-use crate::domain::UnixMs;
+use crate::domain::{StoreError, UnixMs};
 use crate::store::rows::ReceiptRow;
 use crate::store::rules::{lapsed_sql, unleased_sql};
 use crate::store::{
@@ -60,7 +60,9 @@ impl PostgresStore {
     /// Counts, oldest due time and samples from one snapshot, without a
     /// scan: the counter slots kept by triggers
     /// (migrations/postgres/0004_counts.sql) plus the live leases, each
-    /// sample a range of its own partial index.
+    /// sample a range of its own partial index. Two statements, where one
+    /// per figure and per state took eleven round trips (BENCHMARKS.md,
+    /// "`/v1/status` at 10 M receipts").
     pub(super) async fn status_view(
         &self,
         now_ms: UnixMs,
@@ -69,89 +71,100 @@ impl PostgresStore {
         let now = now_ms.as_i64();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.begin_read().await?;
-        let sums: status::Buckets = sqlx::query_as(
-            "SELECT COALESCE(SUM(fresh), 0)::int8, COALESCE(SUM(retried), 0)::int8, \
-             COALESCE(SUM(settled), 0)::int8, COALESCE(SUM(skipped), 0)::int8, \
-             COALESCE(SUM(dead_lettered), 0)::int8, COALESCE(SUM(canceled), 0)::int8 \
-             FROM receipt_counts",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        let live: (i64, i64) = sqlx::query_as(
-            "SELECT COUNT(*), COUNT(*) FILTER (WHERE attempts = 0) FROM receipts \
-             WHERE lease_until_ms > $1",
-        )
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        // A range of receipts_scheduled (migrations/postgres/0005_scheduled.sql),
-        // whose predicate this repeats so that the planner can use it.
-        let scheduled: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM receipts WHERE status = 'active' AND attempts = 0 \
-             AND next_visible_at_ms > created_at_ms AND next_visible_at_ms > $1",
-        )
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        // Due rows either hold no lease or an expired one. `attempts >= 0`
-        // names `receipts_waiting` (migrations/postgres/0014_unleased_due.sql).
-        let oldest: Option<i64> = sqlx::query_scalar(concat!(
-            "SELECT LEAST((SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
-            unleased_sql!(),
-            " AND attempts >= 0 AND next_visible_at_ms <= $1), \
-                 (SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
-            lapsed_sql!("$1"),
-            " AND next_visible_at_ms <= $1))"
-        ))
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        let mut samples = Vec::new();
-        for state in ReceiptState::ALL {
-            let sql = match state {
-                ReceiptState::Pending => {
-                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
-                     WHERE status = 'active' AND attempts = 0 \
-                     AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-                     ORDER BY finalized_at, receipt_id LIMIT $2"
-                }
-                ReceiptState::RetryScheduled => {
-                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
-                     WHERE status = 'active' AND attempts > 0 \
-                     AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-                     ORDER BY finalized_at, receipt_id LIMIT $2"
-                }
-                ReceiptState::Leased => {
-                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
-                     WHERE lease_until_ms > $1 \
-                     ORDER BY finalized_at, receipt_id LIMIT $2"
-                }
-                ReceiptState::Settled
-                | ReceiptState::Skipped
-                | ReceiptState::DeadLettered
-                | ReceiptState::Canceled => {
-                    "SELECT receipt_id, finalized_at, attempts FROM receipts \
-                     WHERE status = $1 AND status <> 'active' \
-                     ORDER BY finalized_at, receipt_id LIMIT $2"
-                }
-            };
-            let query = sqlx::query_as::<_, (String, i64, i64)>(sql);
-            let query = match state {
-                ReceiptState::Pending | ReceiptState::RetryScheduled | ReceiptState::Leased => {
-                    query.bind(now)
-                }
-                _ => query.bind(state.as_str()),
-            };
-            let rows = query.bind(limit).fetch_all(&mut *tx).await?;
-            samples.push((state, rows));
-        }
+        let figures: Figures = sqlx::query_as(FIGURES)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+        let sampled: Vec<(String, String, i64, i64)> = sqlx::query_as(SAMPLES)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
+        let (fresh, retried, settled, skipped, dead, canceled, live, live_fresh, scheduled, oldest) =
+            figures;
+        let mut samples: Vec<(ReceiptState, Vec<status::SampleRow>)> = ReceiptState::ALL
+            .into_iter()
+            .map(|s| (s, Vec::new()))
+            .collect();
+        for (state, receipt_id, finalized_at, attempts) in sampled {
+            let slot = samples
+                .iter_mut()
+                .find(|(s, _)| s.as_str() == state)
+                .ok_or_else(|| StoreError::invalid_record("sampled state"))?;
+            slot.1.push((receipt_id, finalized_at, attempts));
+        }
         status::build_status(
             now,
-            status::state_counts(sums, live)?,
+            status::state_counts(
+                (fresh, retried, settled, skipped, dead, canceled),
+                (live, live_fresh),
+            )?,
             scheduled,
             oldest,
             samples,
         )
     }
 }
+
+/// The six buckets, the live leases (all, on fresh rows), the scheduled
+/// count and the oldest due time.
+type Figures = (i64, i64, i64, i64, i64, i64, i64, i64, i64, Option<i64>);
+
+/// Every figure of the status in one row, `$1` now. The scheduled count is a
+/// range of receipts_scheduled (migrations/postgres/0005_scheduled.sql), whose
+/// predicate it repeats so that the planner can use it. Due rows either hold
+/// no lease or an expired one; `attempts >= 0` names `receipts_waiting`
+/// (migrations/postgres/0014_unleased_due.sql).
+const FIGURES: &str = concat!(
+    "SELECT c.*, l.*, \
+     (SELECT COUNT(*) FROM receipts WHERE status = 'active' AND attempts = 0 \
+       AND next_visible_at_ms > created_at_ms AND next_visible_at_ms > $1), \
+     LEAST((SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
+    unleased_sql!(),
+    " AND attempts >= 0 AND next_visible_at_ms <= $1), \
+         (SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
+    lapsed_sql!("$1"),
+    " AND next_visible_at_ms <= $1)) \
+     FROM (SELECT COALESCE(SUM(fresh), 0)::int8, COALESCE(SUM(retried), 0)::int8, \
+       COALESCE(SUM(settled), 0)::int8, COALESCE(SUM(skipped), 0)::int8, \
+       COALESCE(SUM(dead_lettered), 0)::int8, COALESCE(SUM(canceled), 0)::int8 \
+       FROM receipt_counts) AS c, \
+     (SELECT COUNT(*), COUNT(*) FILTER (WHERE attempts = 0) FROM receipts \
+       WHERE lease_until_ms > $1) AS l"
+);
+
+/// One finished state's sample branch of [`SAMPLES`]: `receipts_by_status`
+/// holds only finished rows, hence the second condition.
+macro_rules! finished_sample {
+    ($state:literal) => {
+        concat!(
+            " UNION ALL (SELECT '",
+            $state,
+            "', receipt_id, finalized_at, attempts FROM receipts \
+             WHERE status = '",
+            $state,
+            "' AND status <> 'active' ORDER BY finalized_at, receipt_id LIMIT $2)"
+        )
+    };
+}
+
+/// Each state's first `$2` receipts in `(finalized_at, receipt_id)` order,
+/// labelled with the state, `$1` now: a range of the state's own partial
+/// index each (migrations/postgres/0004_counts.sql), stopping at `$2`.
+const SAMPLES: &str = concat!(
+    "(SELECT 'pending', receipt_id, finalized_at, attempts FROM receipts \
+       WHERE status = 'active' AND attempts = 0 \
+       AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+       ORDER BY finalized_at, receipt_id LIMIT $2) \
+     UNION ALL (SELECT 'leased', receipt_id, finalized_at, attempts FROM receipts \
+       WHERE lease_until_ms > $1 ORDER BY finalized_at, receipt_id LIMIT $2) \
+     UNION ALL (SELECT 'retry_scheduled', receipt_id, finalized_at, attempts FROM receipts \
+       WHERE status = 'active' AND attempts > 0 \
+       AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
+       ORDER BY finalized_at, receipt_id LIMIT $2)",
+    finished_sample!("settled"),
+    finished_sample!("skipped"),
+    finished_sample!("dead_lettered"),
+    finished_sample!("canceled"),
+);

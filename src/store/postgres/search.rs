@@ -26,9 +26,7 @@ impl PostgresStore {
                     Bind::Text(t) => query.bind(t),
                 };
             }
-            let mut tx = self.begin_read().await?;
-            rows = query.fetch_all(&mut *tx).await?;
-            tx.commit().await?;
+            rows = self.read_all(query).await?;
         }
         search::assemble(filter, page, now, budget, rows)
     }

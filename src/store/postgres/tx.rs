@@ -11,28 +11,53 @@ pub(super) async fn begin(pool: &PgPool) -> StoreResult<Tx> {
     begin_with(pool, "BEGIN").await
 }
 
-/// A transaction for a claim. Every statement of a claim is meant to read
-/// index ranges bounded by what it takes or the leases out; on a table that
-/// grew since it was last analyzed the planner can take a scan of the whole
-/// table as cheaper (the lapsed leases, for instance), so the claim rules
-/// that out for its own transaction. Bitmap scans too: on a server that has
-/// run longer than its leases, the lapsed range of `receipts_leases` holds
-/// an entry for every leased row version not yet vacuumed, and a bitmap
-/// scan fetches each of those dead rows from the table at every claim
-/// (433 000 of them, 150 ms a claim, BENCHMARKS.md "A server that has run
-/// longer than its leases"). A plain index scan marks each dead entry once,
-/// and later scans step over it without the table. Its statements are
-/// planned once per connection (`force_generic_plan`): the claim statement's
-/// custom plan was made again at every call, as long as running it (0.6 ms
-/// each, most of a one-by-one claim). A claim changes no receipt count (only
-/// the lease and the row version), so the counting trigger is told to leave
-/// it (migrations/postgres/0015_counts_in_statement.sql).
+/// Settings that keep a transaction's statements on plain index ranges.
+/// Every statement of a claim or a read is meant to read index ranges
+/// bounded by what it takes, the page, the leases out or the groups; on a
+/// table that grew since it was last analyzed the planner can take a scan of
+/// the whole table as cheaper (the lapsed leases, for instance; the oldest
+/// lapsed lease of `/v1/status` was a parallel scan of every row, ~160 ms a
+/// call), so these transactions rule that out. Bitmap scans too: on a server
+/// that has run longer than its leases, the lapsed range of
+/// `receipts_leases` holds an entry for every leased row version not yet
+/// vacuumed, and a bitmap scan fetches each of those dead rows from the
+/// table at every call (433 000 of them, 150 ms a claim, BENCHMARKS.md "A
+/// server that has run longer than its leases"). A plain index scan marks
+/// each dead entry once, and later scans step over it without the table.
+macro_rules! index_ranges_only {
+    () => {
+        "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+    };
+}
+
+/// A transaction for a claim, on index ranges only ([`index_ranges_only`]).
+/// Its statements are planned once per connection (`force_generic_plan`):
+/// the claim statement's custom plan was made again at every call, as long
+/// as running it (0.6 ms each, most of a one-by-one claim). A claim changes
+/// no receipt count (only the lease and the row version), so the counting
+/// trigger is told to leave it
+/// (migrations/postgres/0015_counts_in_statement.sql).
 pub(super) async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
     begin_with(
         pool,
-        "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
-         SET LOCAL plan_cache_mode = force_generic_plan; \
-         SET LOCAL settled.counted = on",
+        concat!(
+            "BEGIN; ",
+            index_ranges_only!(),
+            "; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL settled.counted = on"
+        ),
+    )
+    .await
+}
+
+/// A consistent snapshot for reads, on index ranges only
+/// ([`index_ranges_only`]).
+pub(super) async fn begin_read(pool: &PgPool) -> StoreResult<Tx> {
+    begin_with(
+        pool,
+        concat!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; ",
+            index_ranges_only!()
+        ),
     )
     .await
 }
@@ -43,7 +68,7 @@ pub(super) async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
 /// went away, a time limit), and the next borrower's statements then run in
 /// it (launchbadge/sqlx#4393). On its own task the `BEGIN` always completes,
 /// and a transaction nobody takes is rolled back when dropped.
-pub(super) async fn begin_with(pool: &PgPool, statement: &'static str) -> StoreResult<Tx> {
+async fn begin_with(pool: &PgPool, statement: &'static str) -> StoreResult<Tx> {
     let pool = pool.clone();
     tokio::spawn(async move { pool.begin_with(statement).await })
         .await
