@@ -105,35 +105,18 @@ fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
     )
 }
 
-/// Append history entries (a worker's or an operator's), in order, with one
-/// statement.
+/// Append history entries (a worker's or an operator's), in order: one
+/// prepared statement stepped once per entry, with plain values. (A JSON
+/// batch read by `jsonb_each` took SQLite's JSON functions 13 extractions
+/// per entry, more than the insert itself: BENCHMARKS.md, "SQLite's JSON
+/// batches".)
 pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> StoreResult<()> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    if let [(id, h)] = entries {
-        // One entry: plain values, without reading a JSON batch.
-        conn.prepare_cached(concat!(
-            history_insert!(),
-            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-        ))?
-        .execute(history_values(id, h))?;
-        return Ok(());
-    }
-
-    let rows: Vec<_> = entries
-        .iter()
-        .map(|(id, h)| history_values(id, h))
-        .collect();
     let mut stmt = conn.prepare_cached(concat!(
         history_insert!(),
-        "SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-         value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
-         value ->> 12 FROM jsonb_each(?1) ORDER BY key"
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
     ))?;
-    let inserted = stmt.execute([json(&rows)?])?;
-    if inserted != entries.len() {
-        return Err(StoreError::backend("history entries were not all written"));
+    for (id, h) in entries {
+        stmt.execute(history_values(id, h))?;
     }
     Ok(())
 }
