@@ -262,6 +262,58 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
     assert_eq!(c.attempts, 0);
 }
 
+/// Make the database refuse to finish receipt `id` (a CHECK, as a corrupt
+/// row meets it), on either backend.
+async fn plant_refusal(fresh: &Fresh, id: &str) {
+    if fresh.url.starts_with("sqlite:") {
+        // A cancel reason on an active row: a write that finishes it breaks a CHECK.
+        let sql =
+            format!("UPDATE receipts SET cancel_reason = 'planted' WHERE receipt_id = '{id}'");
+        raw_exec_unchecked(fresh, &sql).await.unwrap();
+    } else {
+        let sql = format!(
+            "ALTER TABLE receipts ADD CONSTRAINT planted \
+             CHECK (receipt_id <> '{id}' OR status = 'active') NOT VALID"
+        );
+        raw_exec(fresh, &sql).await.unwrap();
+    }
+}
+
+/// The same in a batch larger than one statement of the SQLite writer
+/// (256 rows), the refused item in its last statement: the items of the
+/// earlier statements are recorded once, not refused as conflicts.
+async fn a_refused_write_in_a_large_batch_fails_that_item_alone(fresh: Fresh) {
+    let ids: Vec<String> = (0..300).map(|i| format!("r{i:03}")).collect();
+    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let claims = store(&fresh)
+        .claim_due(&worker("w"), ms(T0), lease(1_000), limit(300))
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 300);
+    plant_refusal(&fresh, "r299").await;
+    let batch = claims
+        .into_iter()
+        .map(|c| (c, accepted("t")))
+        .collect::<Vec<_>>();
+    let results = store(&fresh)
+        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), ms(T0 + 1))
+        .await
+        .unwrap();
+    let refused: Vec<usize> = (0..300).filter(|&i| results[i].is_err()).collect();
+    assert_eq!(refused, [299], "{:?}", results.iter().find(|r| r.is_err()));
+    assert_invalid(&results[299]);
+    for id in ["r000", "r255", "r256", "r298"] {
+        let v = view(&fresh, id, T0 + 1).await;
+        assert_eq!(
+            (v.state, v.history.len()),
+            (ReceiptState::Settled, 1),
+            "{id}"
+        );
+    }
+    assert_eq!(state(&fresh, "r299", T0 + 1).await, ReceiptState::Leased);
+}
+
 /// A write the database refuses (a CHECK, as a corrupt row meets it) fails
 /// that item alone: the other outcomes of the batch are recorded as they
 /// would be without it (history included), and the refused receipt keeps
@@ -275,23 +327,7 @@ async fn a_write_the_database_refuses_fails_that_item_alone(fresh: Fresh) {
         .unwrap();
     let [a, bad, c] = [0, 1, 2].map(|i| claims[i].clone());
     assert_eq!(bad.claim.receipt_id.as_str(), "bad");
-    if fresh.url.starts_with("sqlite:") {
-        // A cancel reason on an active row: a write that finishes it breaks a CHECK.
-        raw_exec_unchecked(
-            &fresh,
-            "UPDATE receipts SET cancel_reason = 'planted' WHERE receipt_id = 'bad'",
-        )
-        .await
-        .unwrap();
-    } else {
-        raw_exec(
-            &fresh,
-            "ALTER TABLE receipts ADD CONSTRAINT planted \
-             CHECK (receipt_id <> 'bad' OR status = 'active') NOT VALID",
-        )
-        .await
-        .unwrap();
-    }
+    plant_refusal(&fresh, "bad").await;
     let before = view(&fresh, "bad", T0 + 1).await;
     let batch = vec![
         (a, accepted("ta")),
@@ -413,5 +449,6 @@ crate::on_every_backend!(
     the_policy_decides_retries_and_waits,
     a_batch_of_outcomes_is_judged_item_by_item,
     a_write_the_database_refuses_fails_that_item_alone,
+    a_refused_write_in_a_large_batch_fails_that_item_alone,
     a_rails_retry_after_lengthens_the_wait_up_to_the_cap,
 );

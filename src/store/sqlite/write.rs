@@ -1,11 +1,12 @@
 //! Write operations on the writer's synchronous connection, each run by the
 //! group-commit writer (see `group`) inside the group's transaction.
 //!
-//! A batch costs a constant number of statements whatever its size: the
-//! batch travels as one JSON array read by `jsonb_each`, one guarded `UPDATE`
-//! repeats the whole claim compare-and-swap per row, one `INSERT … SELECT`
-//! writes the history, and only the rows that missed are read back to
-//! explain each refusal.
+//! A batch costs few statements whatever its size: one guarded `UPDATE`
+//! repeats the whole claim compare-and-swap per row (outcomes bind their
+//! rows as a `VALUES` list, 256 rows a statement; extensions and releases
+//! read a JSON array with `jsonb_each`), history entries are one prepared
+//! insert each, and only the rows that missed are read back to explain each
+//! refusal.
 
 use std::collections::{HashMap, HashSet};
 
@@ -151,26 +152,124 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
             HashSet::new()
         });
     }
-    let mut stmt = conn.prepare_cached(concat!(
-        "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
-         skip_reason = b.new_reason, attempts = coalesce(b.new_attempts, receipts.attempts), \
-         next_visible_at_ms = b.new_visible, \
-         failure_code = coalesce(b.new_code, receipts.failure_code), \
-         failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
-         lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-         finished_at_ms = b.new_finished",
-        cas_from_batch!(
-            ", value ->> 8 AS new_status, value ->> 9 AS new_transcript, \
-             value ->> 10 AS new_reason, value ->> 11 AS new_attempts, \
-             value ->> 12 AS new_visible, value ->> 13 AS new_code, value ->> 14 AS new_sha, \
-             value ->> 15 AS new_finished"
-        ),
-        " RETURNING receipts.receipt_id"
-    ))?;
-    let changed = stmt
-        .query_map([json(&batch)?], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    // A refused row fails its statement and the caller applies the round
+    // again one by one: a round of several statements must then change
+    // nothing either.
+    let several = batch.len() > OUTCOME_ROWS_MAX;
+    if several {
+        conn.execute_batch("SAVEPOINT outcome_rows")?;
+    }
+    let applied = apply_rows(conn, &batch);
+    if several {
+        conn.execute_batch(if applied.is_ok() {
+            "RELEASE outcome_rows"
+        } else {
+            "ROLLBACK TO outcome_rows; RELEASE outcome_rows"
+        })?;
+    }
+    applied
+}
+
+/// One row of [`outcome_sql`]: the claim, the check time, the new values.
+type OutcomeRow<'a> = (
+    &'a str,
+    i64,
+    i64,
+    i64,
+    &'a str,
+    &'a str,
+    i64,
+    i64,
+    &'static str,
+    Option<String>,
+    Option<&'static str>,
+    Option<i64>,
+    Option<i64>,
+    Option<&'static str>,
+    Option<String>,
+    Option<i64>,
+);
+
+/// Run [`outcome_sql`] over `batch`, at most [`OUTCOME_ROWS_MAX`] rows a
+/// statement; the ids it changed.
+fn apply_rows(conn: &Connection, batch: &[OutcomeRow<'_>]) -> StoreResult<HashSet<String>> {
+    let mut changed = HashSet::new();
+    for chunk in batch.chunks(OUTCOME_ROWS_MAX) {
+        let rows = chunk.len().next_power_of_two();
+        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(rows * 16);
+        for r in chunk {
+            params.extend([
+                &r.0 as &dyn rusqlite::ToSql,
+                &r.1,
+                &r.2,
+                &r.3,
+                &r.4,
+                &r.5,
+                &r.6,
+                &r.7,
+                &r.8,
+                &r.9,
+                &r.10,
+                &r.11,
+                &r.12,
+                &r.13,
+                &r.14,
+                &r.15,
+            ]);
+        }
+        // Padding rows are all NULL: `receipt_id = NULL` matches no row.
+        params.resize(rows * 16, &rusqlite::types::Null);
+        let mut stmt = conn.prepare_cached(outcome_sql(rows))?;
+        let ids = stmt.query_map(rusqlite::params_from_iter(params), |r| {
+            r.get::<_, String>(0)
+        })?;
+        for id in ids {
+            changed.insert(id?);
+        }
+    }
     Ok(changed)
+}
+
+/// Most rows of one outcome statement (16 parameters each, of SQLite's
+/// 32 766).
+const OUTCOME_ROWS_MAX: usize = 256;
+
+/// The guarded `UPDATE` of `rows` outcomes (a power of two up to
+/// [`OUTCOME_ROWS_MAX`]), their values bound as a `VALUES` list: 16 columns
+/// per row, those of [`cas_row`] then those of [`change_row`]. Bound values,
+/// not a JSON batch: 16 `->>` extractions per row were a tenth of the
+/// server's instructions (BENCHMARKS.md, "SQLite's JSON batches"). A batch is
+/// padded up to the next power of two so that eight statements serve every
+/// size.
+fn outcome_sql(rows: usize) -> &'static str {
+    static TEXTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        (0..=OUTCOME_ROWS_MAX.trailing_zeros())
+            .map(|k| {
+                let row = format!("({})", vec!["?"; 16].join(", "));
+                let values = vec![row; 1 << k].join(", ");
+                format!(
+                    "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
+                     skip_reason = b.new_reason, \
+                     attempts = coalesce(b.new_attempts, receipts.attempts), \
+                     next_visible_at_ms = b.new_visible, \
+                     failure_code = coalesce(b.new_code, receipts.failure_code), \
+                     failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
+                     lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
+                     finished_at_ms = b.new_finished \
+                     FROM (SELECT column1 AS id, column2 AS fin, column3 AS att, column4 AS rv, \
+                     column5 AS owner, column6 AS token, column7 AS until, column8 AS at, \
+                     column9 AS new_status, column10 AS new_transcript, column11 AS new_reason, \
+                     column12 AS new_attempts, column13 AS new_visible, column14 AS new_code, \
+                     column15 AS new_sha, column16 AS new_finished FROM (VALUES {values})) AS b \
+                     WHERE {cas} RETURNING receipts.receipt_id",
+                    cas = cas_sql!("+status"; "b.id", "b.fin", "b.att", "b.rv", "b.owner",
+                                   "b.token", "b.until", "b.at"),
+                )
+            })
+            .collect()
+    });
+    &texts[rows.trailing_zeros() as usize]
 }
 
 /// Record outcomes, each judged on its own and answered as if it ran alone
