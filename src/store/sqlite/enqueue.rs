@@ -8,6 +8,7 @@ use rusqlite::Connection;
 use super::super::rows::to_i64;
 use super::super::rules;
 use super::lookup::{json, row, rows_by_id};
+use super::values;
 use crate::domain::{StoreError, UnixMs};
 use crate::store::{Enqueued, NewReceipt, StoreResult};
 
@@ -18,10 +19,10 @@ pub struct EnqueueItem {
     pub now: i64,
 }
 
-/// Store receipts; each is judged on its own. Two statements whatever the
-/// batch size: one `INSERT … SELECT FROM jsonb_each … ON CONFLICT DO NOTHING`
-/// that returns the ids it created, and one read of the rows that already
-/// existed, whose identity is then compared in Rust.
+/// Store receipts; each is judged on its own. Few statements whatever the
+/// batch size: `INSERT … SELECT FROM (VALUES …) … ON CONFLICT DO NOTHING`
+/// (256 rows a statement) that returns the ids it created, and one read of
+/// the rows that already existed, whose identity is then compared in Rust.
 pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqueued>> {
     let mut rows = Vec::with_capacity(items.len());
     for EnqueueItem { receipt, now } in items {
@@ -44,23 +45,29 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             receipt.trace.as_ref().and_then(|t| t.tracestate()),
         ));
     }
-    let rows = json(&rows)?;
-
-    // `WHERE true` lets SQLite tell the upsert clause from a join; `ORDER BY
-    // key` makes the first occurrence of a repeated id the one that creates it.
-    let mut created: HashSet<String> = {
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
-             row_version, next_visible_at_ms, created_at_ms, receipt_group, priority, \
-             traceparent, tracestate) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, 'active', 0, 0, value ->> 3, \
-             value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8 \
-             FROM jsonb_each(?1) WHERE true ORDER BY key \
-             ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id",
-        )?;
-        stmt.query_map([&rows], |r| r.get(0))?
-            .collect::<Result<_, _>>()?
-    };
+    let mut created: HashSet<String> = HashSet::new();
+    for chunk in rows.chunks(values::ROWS_MAX) {
+        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 9);
+        for r in chunk {
+            params.extend([
+                &r.0 as &dyn rusqlite::ToSql,
+                &r.1,
+                &r.2,
+                &r.3,
+                &r.4,
+                &r.5,
+                &r.6,
+                &r.7,
+                &r.8,
+            ]);
+        }
+        let (sql, params) = INSERT.bind(params);
+        let mut stmt = conn.prepare_cached(sql)?;
+        let ids = stmt.query_map(rusqlite::params_from_iter(params), |r| r.get(0))?;
+        for id in ids {
+            created.insert(id?);
+        }
+    }
     // The groups of the receipts just created (only those: a refused
     // receipt changes nothing) get their row.
     let named = rules::named_groups(
@@ -103,3 +110,19 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
     }
     Ok(results)
 }
+
+/// The insert of a batch of receipts: 9 columns a row (id, finalized at,
+/// observation, due, now, group, priority, trace parent and state), in
+/// batch order, so that the first occurrence of a repeated id is the one that
+/// creates it. The padding rows (a NULL id) are left out; the condition also
+/// lets SQLite tell the upsert clause from a join.
+static INSERT: values::Sized = values::Sized::new(9, |values| {
+    format!(
+        "INSERT INTO receipts (receipt_id, finalized_at, observation, status, attempts, \
+         row_version, next_visible_at_ms, created_at_ms, receipt_group, priority, \
+         traceparent, tracestate) \
+         SELECT column1, column2, column3, 'active', 0, 0, column4, column5, column6, column7, \
+         column8, column9 FROM (VALUES {values}) WHERE column1 IS NOT NULL \
+         ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id"
+    )
+});

@@ -10,6 +10,7 @@ mod lookup;
 mod read;
 mod search;
 mod stats;
+mod values;
 mod write;
 
 use std::str::FromStr;

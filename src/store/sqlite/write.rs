@@ -16,6 +16,7 @@ use super::super::actions::{self, Binds};
 use super::super::rows::ReceiptRow;
 use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql};
 use super::lookup::{append_history, json, receipt_row, row, rows_by_id};
+use super::values;
 use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, UnixMs};
 use crate::store::rows::receipt_columns;
 use crate::store::{Acted, ActionResult, OperatorAction, StoreResult};
@@ -155,7 +156,7 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     // A refused row fails its statement and the caller applies the round
     // again one by one: a round of several statements must then change
     // nothing either.
-    let several = batch.len() > OUTCOME_ROWS_MAX;
+    let several = batch.len() > values::ROWS_MAX;
     if several {
         conn.execute_batch("SAVEPOINT outcome_rows")?;
     }
@@ -170,7 +171,7 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     applied
 }
 
-/// One row of [`outcome_sql`]: the claim, the check time, the new values.
+/// One row of [`OUTCOMES`]: the claim, the check time, the new values.
 type OutcomeRow<'a> = (
     &'a str,
     i64,
@@ -190,13 +191,12 @@ type OutcomeRow<'a> = (
     Option<i64>,
 );
 
-/// Run [`outcome_sql`] over `batch`, at most [`OUTCOME_ROWS_MAX`] rows a
+/// Run [`OUTCOMES`] over `batch`, at most [`values::ROWS_MAX`] rows a
 /// statement; the ids it changed.
 fn apply_rows(conn: &Connection, batch: &[OutcomeRow<'_>]) -> StoreResult<HashSet<String>> {
     let mut changed = HashSet::new();
-    for chunk in batch.chunks(OUTCOME_ROWS_MAX) {
-        let rows = chunk.len().next_power_of_two();
-        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(rows * 16);
+    for chunk in batch.chunks(values::ROWS_MAX) {
+        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
         for r in chunk {
             params.extend([
                 &r.0 as &dyn rusqlite::ToSql,
@@ -218,8 +218,8 @@ fn apply_rows(conn: &Connection, batch: &[OutcomeRow<'_>]) -> StoreResult<HashSe
             ]);
         }
         // Padding rows are all NULL: `receipt_id = NULL` matches no row.
-        params.resize(rows * 16, &rusqlite::types::Null);
-        let mut stmt = conn.prepare_cached(outcome_sql(rows))?;
+        let (sql, params) = OUTCOMES.bind(params);
+        let mut stmt = conn.prepare_cached(sql)?;
         let ids = stmt.query_map(rusqlite::params_from_iter(params), |r| {
             r.get::<_, String>(0)
         })?;
@@ -230,47 +230,27 @@ fn apply_rows(conn: &Connection, batch: &[OutcomeRow<'_>]) -> StoreResult<HashSe
     Ok(changed)
 }
 
-/// Most rows of one outcome statement (16 parameters each, of SQLite's
-/// 32 766).
-const OUTCOME_ROWS_MAX: usize = 256;
-
-/// The guarded `UPDATE` of `rows` outcomes (a power of two up to
-/// [`OUTCOME_ROWS_MAX`]), their values bound as a `VALUES` list: 16 columns
-/// per row, those of [`cas_row`] then those of [`change_row`]. Bound values,
-/// not a JSON batch: 16 `->>` extractions per row were a tenth of the
-/// server's instructions (BENCHMARKS.md, "SQLite's JSON batches"). A batch is
-/// padded up to the next power of two so that eight statements serve every
-/// size.
-fn outcome_sql(rows: usize) -> &'static str {
-    static TEXTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let texts = TEXTS.get_or_init(|| {
-        (0..=OUTCOME_ROWS_MAX.trailing_zeros())
-            .map(|k| {
-                let row = format!("({})", vec!["?"; 16].join(", "));
-                let values = vec![row; 1 << k].join(", ");
-                format!(
-                    "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
-                     skip_reason = b.new_reason, \
-                     attempts = coalesce(b.new_attempts, receipts.attempts), \
-                     next_visible_at_ms = b.new_visible, \
-                     failure_code = coalesce(b.new_code, receipts.failure_code), \
-                     failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
-                     lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-                     finished_at_ms = b.new_finished \
-                     FROM (SELECT column1 AS id, column2 AS fin, column3 AS att, column4 AS rv, \
-                     column5 AS owner, column6 AS token, column7 AS until, column8 AS at, \
-                     column9 AS new_status, column10 AS new_transcript, column11 AS new_reason, \
-                     column12 AS new_attempts, column13 AS new_visible, column14 AS new_code, \
-                     column15 AS new_sha, column16 AS new_finished FROM (VALUES {values})) AS b \
-                     WHERE {cas} RETURNING receipts.receipt_id",
-                    cas = cas_sql!("+status"; "b.id", "b.fin", "b.att", "b.rv", "b.owner",
-                                   "b.token", "b.until", "b.at"),
-                )
-            })
-            .collect()
-    });
-    &texts[rows.trailing_zeros() as usize]
-}
+/// The guarded `UPDATE` of a batch of outcomes: 16 columns a row, those of
+/// [`cas_row`] then those of [`change_row`].
+static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
+    format!(
+        "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
+         skip_reason = b.new_reason, attempts = coalesce(b.new_attempts, receipts.attempts), \
+         next_visible_at_ms = b.new_visible, \
+         failure_code = coalesce(b.new_code, receipts.failure_code), \
+         failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
+         lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
+         finished_at_ms = b.new_finished \
+         FROM (SELECT column1 AS id, column2 AS fin, column3 AS att, column4 AS rv, \
+         column5 AS owner, column6 AS token, column7 AS until, column8 AS at, \
+         column9 AS new_status, column10 AS new_transcript, column11 AS new_reason, \
+         column12 AS new_attempts, column13 AS new_visible, column14 AS new_code, \
+         column15 AS new_sha, column16 AS new_finished FROM (VALUES {values})) AS b \
+         WHERE {cas} RETURNING receipts.receipt_id",
+        cas = cas_sql!("+status"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
+                       "b.until", "b.at"),
+    )
+});
 
 /// Record outcomes, each judged on its own and answered as if it ran alone
 /// in arrival order; a backend error fails the whole call.
