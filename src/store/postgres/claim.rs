@@ -39,11 +39,11 @@ macro_rules! group_levels {
 }
 
 /// The groups with a lapsed lease due, read once from `receipts_leases` for
-/// the whole claim. On a server that has
-/// run longer than its leases that range holds an entry for every leased
-/// row version not yet vacuumed, and reading it once per group made a claim
-/// over 1 000 groups read it 1 000 times (~110 receipts settled a second,
-/// BENCHMARKS.md "A server that has run longer than its leases").
+/// the whole claim. On a server that has run longer than its leases that
+/// range holds an entry for every leased row version not yet vacuumed, and
+/// reading it once per group made a claim over 1 000 groups read it 1 000
+/// times (~110 receipts settled a second, BENCHMARKS.md "A server that has
+/// run longer than its leases").
 macro_rules! lapsed_groups {
     () => {
         concat!(

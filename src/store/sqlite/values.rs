@@ -2,7 +2,7 @@
 //! statements that take many rows at once. A JSON array read by
 //! `jsonb_each` costs one extraction per column and row, which was a tenth
 //! of the server's instructions (BENCHMARKS.md, "SQLite's JSON batches");
-//! bound values cost nothing to read. A statement's text depends on its row
+//! a bound value is read as it is. A statement's text depends on its row
 //! count, so a batch is padded with rows of NULL up to the next power of
 //! two, and each statement is made once per size: a handful of cached
 //! statements serve every batch.
