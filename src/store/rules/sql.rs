@@ -83,15 +83,13 @@ macro_rules! priority_below_sql {
 pub(crate) use priority_below_sql;
 
 /// Claimable once due, its lease lapsed at `$now`: a range of
-/// `receipts_leases` (a lease implies an active row; the status is said for
-/// the reader).
+/// `receipts_leases`. A lease implies an active row (a CHECK of each
+/// backend's table), so the status is not named: SQLite's index carries the
+/// hold and the group, and a read of those alone stays in the index
+/// (migrations/sqlite/0016_leases_cover_groups.sql).
 macro_rules! lapsed_sql {
     ($now:literal) => {
-        concat!(
-            "lease_until_ms <= ",
-            $now,
-            " AND status = 'active' AND held_at_ms IS NULL"
-        )
+        concat!("lease_until_ms <= ", $now, " AND held_at_ms IS NULL")
     };
 }
 pub(crate) use lapsed_sql;
