@@ -228,7 +228,7 @@ fn one<T>(mut results: Vec<StoreResult<T>>) -> StoreResult<T> {
 
 /// Run `op` in a savepoint: kept when it succeeds, undone when it fails or
 /// panics (a bug in one write must not take the writer down with it).
-fn in_savepoint<T>(
+pub(super) fn in_savepoint<T>(
     conn: &Connection,
     name: &str,
     op: impl FnOnce(&Connection) -> StoreResult<T>,

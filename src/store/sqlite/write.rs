@@ -15,6 +15,7 @@ use rusqlite::Connection;
 use super::super::actions::{self, Binds};
 use super::super::rows::ReceiptRow;
 use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql};
+use super::group_commit::in_savepoint;
 use super::lookup::{append_history, json, receipt_row, row, rows_by_id};
 use super::values;
 use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, UnixMs};
@@ -156,19 +157,11 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     // A refused row fails its statement and the caller applies the round
     // again one by one: a round of several statements must then change
     // nothing either.
-    let several = batch.len() > values::ROWS_MAX;
-    if several {
-        conn.execute_batch("SAVEPOINT outcome_rows")?;
+    if batch.len() > values::ROWS_MAX {
+        in_savepoint(conn, "outcome_rows", |c| apply_rows(c, &batch))
+    } else {
+        apply_rows(conn, &batch)
     }
-    let applied = apply_rows(conn, &batch);
-    if several {
-        conn.execute_batch(if applied.is_ok() {
-            "RELEASE outcome_rows"
-        } else {
-            "ROLLBACK TO outcome_rows; RELEASE outcome_rows"
-        })?;
-    }
-    applied
 }
 
 /// One row of [`OUTCOMES`]: the claim, the check time, the new values.
