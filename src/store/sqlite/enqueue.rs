@@ -1,8 +1,6 @@
 //! Enqueue on the writer's synchronous connection, run by the group-commit
 //! writer inside the group's transaction (see `write` for the other writes).
 
-use std::collections::HashSet;
-
 use rusqlite::Connection;
 
 use super::super::rows::to_i64;
@@ -45,29 +43,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             receipt.trace.as_ref().and_then(|t| t.tracestate()),
         ));
     }
-    let mut created: HashSet<String> = HashSet::new();
-    for chunk in rows.chunks(values::ROWS_MAX) {
-        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 9);
-        for r in chunk {
-            params.extend([
-                &r.0 as &dyn rusqlite::ToSql,
-                &r.1,
-                &r.2,
-                &r.3,
-                &r.4,
-                &r.5,
-                &r.6,
-                &r.7,
-                &r.8,
-            ]);
-        }
-        let (sql, params) = INSERT.bind(params);
-        let mut stmt = conn.prepare_cached(sql)?;
-        let ids = stmt.query_map(rusqlite::params_from_iter(params), |r| r.get(0))?;
-        for id in ids {
-            created.insert(id?);
-        }
-    }
+    let mut created = INSERT.ids(conn, &rows)?;
     // The groups of the receipts just created (only those: a refused
     // receipt changes nothing) get their row.
     let named = rules::named_groups(

@@ -158,73 +158,15 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     // again one by one: a round of several statements must then change
     // nothing either.
     if batch.len() > values::ROWS_MAX {
-        in_savepoint(conn, "outcome_rows", |c| apply_rows(c, &batch))
+        in_savepoint(conn, "outcome_rows", |c| Ok(OUTCOMES.ids(c, &batch)?))
     } else {
-        apply_rows(conn, &batch)
+        Ok(OUTCOMES.ids(conn, &batch)?)
     }
-}
-
-/// One row of [`OUTCOMES`]: the claim, the check time, the new values.
-type OutcomeRow<'a> = (
-    &'a str,
-    i64,
-    i64,
-    i64,
-    &'a str,
-    &'a str,
-    i64,
-    i64,
-    &'static str,
-    Option<String>,
-    Option<&'static str>,
-    Option<i64>,
-    Option<i64>,
-    Option<&'static str>,
-    Option<String>,
-    Option<i64>,
-);
-
-/// Run [`OUTCOMES`] over `batch`, at most [`values::ROWS_MAX`] rows a
-/// statement; the ids it changed.
-fn apply_rows(conn: &Connection, batch: &[OutcomeRow<'_>]) -> StoreResult<HashSet<String>> {
-    let mut changed = HashSet::new();
-    for chunk in batch.chunks(values::ROWS_MAX) {
-        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
-        for r in chunk {
-            params.extend([
-                &r.0 as &dyn rusqlite::ToSql,
-                &r.1,
-                &r.2,
-                &r.3,
-                &r.4,
-                &r.5,
-                &r.6,
-                &r.7,
-                &r.8,
-                &r.9,
-                &r.10,
-                &r.11,
-                &r.12,
-                &r.13,
-                &r.14,
-                &r.15,
-            ]);
-        }
-        // Padding rows are all NULL: `receipt_id = NULL` matches no row.
-        let (sql, params) = OUTCOMES.bind(params);
-        let mut stmt = conn.prepare_cached(sql)?;
-        let ids = stmt.query_map(rusqlite::params_from_iter(params), |r| {
-            r.get::<_, String>(0)
-        })?;
-        for id in ids {
-            changed.insert(id?);
-        }
-    }
-    Ok(changed)
 }
 
 /// The guarded `UPDATE` of a batch of outcomes: 16 columns a row, those of
-/// [`cas_row`] then those of [`change_row`].
+/// [`cas_row`] then those of [`change_row`]; it returns the ids it changed
+/// (padding rows are all NULL, and `receipt_id = NULL` matches no row).
 static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
     format!(
         "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
