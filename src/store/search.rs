@@ -4,8 +4,9 @@
 //! Every page walks ranges of indexes in `(finalized_at, receipt_id)` order
 //! (migrations/sqlite/0004_counts.sql, 0010_failure_codes.sql): the partial
 //! indexes `receipts_fresh`, `receipts_retried` and `receipts_by_status`
-//! hold every row exactly once in that order, `receipts_leases` holds the
-//! live leases and `receipts_failed` the rows that failed, by code. The
+//! hold every row exactly once in that order (on PostgreSQL, the first two
+//! only the rows without a lease: migrations/postgres/0018), `receipts_leases`
+//! holds the leases and `receipts_failed` the rows that failed, by code. The
 //! state, the failure code and the `finalized_at` range are index ranges;
 //! the other filters are checked on the rows those ranges yield, at most
 //! [`SCAN_BUDGET`] of them per page, so a page costs the same whatever the

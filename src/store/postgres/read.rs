@@ -149,20 +149,37 @@ macro_rules! finished_sample {
     };
 }
 
+/// One waiting state's sample branch of [`SAMPLES`]: its rows without a
+/// lease (`receipts_fresh` or `receipts_retried`, which hold no leased row:
+/// migrations/postgres/0018_fresh_without_leases.sql) merged with its
+/// lapsed leases (`receipts_leases`, bounded by the leases handed out).
+macro_rules! waiting_sample {
+    ($state:literal, $attempts:literal) => {
+        concat!(
+            "(SELECT '",
+            $state,
+            "', receipt_id, finalized_at, attempts FROM (\
+             (SELECT receipt_id, finalized_at, attempts FROM receipts \
+               WHERE status = 'active' AND attempts ",
+            $attempts,
+            " AND lease_token IS NULL ORDER BY finalized_at, receipt_id LIMIT $2) \
+             UNION ALL (SELECT receipt_id, finalized_at, attempts FROM receipts \
+               WHERE lease_until_ms <= $1 AND attempts ",
+            $attempts,
+            " ORDER BY finalized_at, receipt_id LIMIT $2)) AS w \
+             ORDER BY finalized_at, receipt_id LIMIT $2)"
+        )
+    };
+}
+
 /// Each state's first `$2` receipts in `(finalized_at, receipt_id)` order,
-/// labelled with the state, `$1` now: a range of the state's own partial
-/// index each (migrations/postgres/0004_counts.sql), stopping at `$2`.
+/// labelled with the state, `$1` now: ranges of the state's own partial
+/// indexes (migrations/postgres/0004_counts.sql), each stopping at `$2`.
 const SAMPLES: &str = concat!(
-    "(SELECT 'pending', receipt_id, finalized_at, attempts FROM receipts \
-       WHERE status = 'active' AND attempts = 0 \
-       AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-       ORDER BY finalized_at, receipt_id LIMIT $2) \
-     UNION ALL (SELECT 'leased', receipt_id, finalized_at, attempts FROM receipts \
-       WHERE lease_until_ms > $1 ORDER BY finalized_at, receipt_id LIMIT $2) \
-     UNION ALL (SELECT 'retry_scheduled', receipt_id, finalized_at, attempts FROM receipts \
-       WHERE status = 'active' AND attempts > 0 \
-       AND (lease_until_ms IS NULL OR lease_until_ms <= $1) \
-       ORDER BY finalized_at, receipt_id LIMIT $2)",
+    waiting_sample!("pending", "= 0"),
+    " UNION ALL (SELECT 'leased', receipt_id, finalized_at, attempts FROM receipts \
+       WHERE lease_until_ms > $1 ORDER BY finalized_at, receipt_id LIMIT $2) UNION ALL ",
+    waiting_sample!("retry_scheduled", "> 0"),
     finished_sample!("settled"),
     finished_sample!("skipped"),
     finished_sample!("dead_lettered"),

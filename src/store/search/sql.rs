@@ -97,16 +97,18 @@ pub fn statement(
     // A literal, not a parameter: a plan cached for any limit could sort
     // every row instead of merging.
     let order = format!("ORDER BY finalized_at {direction}, receipt_id {direction} LIMIT {budget}");
-    let several = sources.len() > 1;
     let mut arms = Vec::new();
     for source in sources {
-        let arm = arm(&mut b, source, filter, page, now)?;
-        arms.push(match dialect {
-            // PostgreSQL merges arms lazily (`Merge Append`) only when each
-            // is ordered and limited itself; otherwise it sorts them all.
-            Dialect::Postgres if several => format!("({arm} {order})"),
-            _ => arm,
-        });
+        for range in ranges(dialect, source) {
+            arms.push(arm(&mut b, source, range, filter, page, now)?);
+        }
+    }
+    if dialect == Dialect::Postgres && arms.len() > 1 {
+        // PostgreSQL merges arms lazily (`Merge Append`) only when each is
+        // ordered and limited itself; otherwise it sorts them all.
+        for arm in &mut arms {
+            *arm = format!("({arm} {order})");
+        }
     }
     let sql = format!("{} {order}", arms.join(" UNION ALL "));
     Ok(Some(Statement {
@@ -115,46 +117,97 @@ pub fn statement(
     }))
 }
 
-/// One source's rows after the page's start, as a `SELECT` without order.
+/// One index range of a source: the index and the condition that selects
+/// it, repeating the index's own predicate word for word (SQLite uses a
+/// partial index only then).
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    index: &'static str,
+    condition: &'static str,
+    leases: Leases,
+}
+
+/// Which rows of a range hold a lease (live or lapsed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leases {
+    Some,
+    None,
+    All,
+}
+
+/// The index ranges that hold a source's rows. On PostgreSQL the fresh and
+/// retried indexes leave out leased rows (a claim's new row version then
+/// adds no entry to them: migrations/postgres/0018_fresh_without_leases.sql),
+/// so those sources also read their rows in `receipts_leases`.
+fn ranges(dialect: Dialect, source: Source) -> Vec<Range> {
+    let range = |index, condition, leases| Range {
+        index,
+        condition,
+        leases,
+    };
+    match (dialect, source) {
+        (Dialect::Sqlite, Source::Fresh) => vec![range(
+            "receipts_fresh",
+            "status = 'active' AND attempts = 0",
+            Leases::Some,
+        )],
+        (Dialect::Sqlite, Source::Retried) => vec![range(
+            "receipts_retried",
+            "status = 'active' AND attempts > 0",
+            Leases::Some,
+        )],
+        (Dialect::Postgres, Source::Fresh) => vec![
+            range(
+                "receipts_fresh",
+                "status = 'active' AND attempts = 0 AND lease_token IS NULL",
+                Leases::None,
+            ),
+            range("receipts_leases", "attempts = 0", Leases::All),
+        ],
+        (Dialect::Postgres, Source::Retried) => vec![
+            range(
+                "receipts_retried",
+                "status = 'active' AND attempts > 0 AND lease_token IS NULL",
+                Leases::None,
+            ),
+            range("receipts_leases", "attempts > 0", Leases::All),
+        ],
+        (_, Source::Leases) => vec![range("receipts_leases", "", Leases::All)],
+        (_, Source::Finished(_)) => vec![range("receipts_by_status", "", Leases::None)],
+        (_, Source::Failed(_)) => vec![range("receipts_failed", "", Leases::Some)],
+    }
+}
+
+/// One range's rows after the page's start, as a `SELECT` without order.
 fn arm(
     b: &mut Builder,
     source: Source,
+    range: Range,
     filter: &ReceiptFilter,
     page: &SearchPage,
     now: i64,
 ) -> StoreResult<String> {
-    // Each predicate repeats its index's own word for word (SQLite uses a
-    // partial index only then).
-    let (index, mut conditions) = match source {
-        Source::Fresh => (
-            "receipts_fresh",
-            vec!["status = 'active' AND attempts = 0".to_owned()],
-        ),
-        Source::Retried => (
-            "receipts_retried",
-            vec!["status = 'active' AND attempts > 0".to_owned()],
-        ),
+    let mut conditions = Vec::new();
+    if !range.condition.is_empty() {
+        conditions.push(range.condition.to_owned());
+    }
+    match source {
         Source::Leases => {
             let now = b.push(Bind::Int(now));
-            ("receipts_leases", vec![format!("lease_until_ms > {now}")])
+            conditions.push(format!("lease_until_ms > {now}"));
         }
-        Source::Finished(status) => (
-            "receipts_by_status",
-            vec![format!(
-                "status = '{}' AND status <> 'active'",
-                status.as_str()
-            )],
-        ),
+        Source::Finished(status) => conditions.push(format!(
+            "status = '{}' AND status <> 'active'",
+            status.as_str()
+        )),
         Source::Failed(code) => {
             let code = b.push(Bind::Text(code.as_str().to_owned()));
-            (
-                "receipts_failed",
-                vec![format!(
-                    "failure_code = {code} AND failure_code IS NOT NULL"
-                )],
-            )
+            conditions.push(format!(
+                "failure_code = {code} AND failure_code IS NOT NULL"
+            ));
         }
-    };
+        Source::Fresh | Source::Retried => {}
+    }
     // Active sources skip live leases when a state without them is asked
     // for; stepping over them costs at most the leases handed out.
     let skip_leases = matches!(source, Source::Fresh | Source::Retried)
@@ -162,11 +215,21 @@ fn arm(
             filter.state,
             Some(StateFilter::Pending | StateFilter::Scheduled | StateFilter::RetryScheduled)
         );
-    if skip_leases {
-        let now = b.push(Bind::Int(now));
-        conditions.push(format!(
-            "(lease_until_ms IS NULL OR lease_until_ms <= {now})"
-        ));
+    match (source, range.leases) {
+        (Source::Fresh | Source::Retried, Leases::All) if skip_leases => {
+            let now = b.push(Bind::Int(now));
+            conditions.push(format!("lease_until_ms <= {now}"));
+        }
+        (Source::Fresh | Source::Retried, Leases::All) => {
+            conditions.push("lease_until_ms IS NOT NULL".to_owned());
+        }
+        (_, Leases::Some) if skip_leases => {
+            let now = b.push(Bind::Int(now));
+            conditions.push(format!(
+                "(lease_until_ms IS NULL OR lease_until_ms <= {now})"
+            ));
+        }
+        _ => {}
     }
     if let (Source::Leases, Some(owner)) = (source, &filter.owner) {
         let owner = b.push(Bind::Text(owner.as_str().to_owned()));
@@ -198,7 +261,7 @@ fn arm(
         conditions.push(format!("finalized_at {bound_op} {end}"));
     }
     let indexed = match b.dialect {
-        Dialect::Sqlite => format!(" INDEXED BY {index}"),
+        Dialect::Sqlite => format!(" INDEXED BY {}", range.index),
         Dialect::Postgres => String::new(),
     };
     Ok(format!(
