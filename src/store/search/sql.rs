@@ -100,7 +100,7 @@ pub fn statement(
     let mut arms = Vec::new();
     for source in sources {
         for range in ranges(dialect, source) {
-            arms.push(arm(&mut b, source, range, filter, page, now)?);
+            arms.push(arm(&mut b, source, range, filter, page, now, &order)?);
         }
     }
     if dialect == Dialect::Postgres && arms.len() > 1 {
@@ -186,6 +186,7 @@ fn arm(
     filter: &ReceiptFilter,
     page: &SearchPage,
     now: i64,
+    order: &str,
 ) -> StoreResult<String> {
     let mut conditions = Vec::new();
     if !range.condition.is_empty() {
@@ -264,9 +265,24 @@ fn arm(
         Dialect::Sqlite => format!(" INDEXED BY {}", range.index),
         Dialect::Postgres => String::new(),
     };
+    let conditions = conditions.join(" AND ");
+    if b.dialect == Dialect::Postgres
+        && range.leases == Leases::All
+        && matches!(source, Source::Fresh | Source::Retried)
+    {
+        // The leases are in lease order, so this range is sorted: sort only
+        // the keys (in the index), then read each row as the merge asks for
+        // it. `finalized_at = k.key_at` (true of the same row) tells the
+        // planner that the rows come in the keys' order, so it sorts no more.
+        return Ok(format!(
+            "SELECT r.* FROM (SELECT receipt_id AS key_id, finalized_at AS key_at \
+             FROM receipts WHERE {conditions} {order}) AS k CROSS JOIN LATERAL \
+             (SELECT {SEARCH_COLUMNS} FROM receipts \
+              WHERE receipt_id = k.key_id AND finalized_at = k.key_at) AS r"
+        ));
+    }
     Ok(format!(
-        "SELECT {SEARCH_COLUMNS} FROM receipts{indexed} WHERE {}",
-        conditions.join(" AND ")
+        "SELECT {SEARCH_COLUMNS} FROM receipts{indexed} WHERE {conditions}"
     ))
 }
 
