@@ -130,9 +130,12 @@ struct Range {
 /// Which rows of a range hold a lease (live or lapsed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leases {
-    Some,
-    None,
-    All,
+    /// Rows with and without one.
+    Mixed,
+    /// No row holds one.
+    Without,
+    /// Every row holds one.
+    Only,
 }
 
 /// The index ranges that hold a source's rows. On PostgreSQL the fresh and
@@ -149,32 +152,32 @@ fn ranges(dialect: Dialect, source: Source) -> Vec<Range> {
         (Dialect::Sqlite, Source::Fresh) => vec![range(
             "receipts_fresh",
             "status = 'active' AND attempts = 0",
-            Leases::Some,
+            Leases::Mixed,
         )],
         (Dialect::Sqlite, Source::Retried) => vec![range(
             "receipts_retried",
             "status = 'active' AND attempts > 0",
-            Leases::Some,
+            Leases::Mixed,
         )],
         (Dialect::Postgres, Source::Fresh) => vec![
             range(
                 "receipts_fresh",
                 "status = 'active' AND attempts = 0 AND lease_token IS NULL",
-                Leases::None,
+                Leases::Without,
             ),
-            range("receipts_leases", "attempts = 0", Leases::All),
+            range("receipts_leases", "attempts = 0", Leases::Only),
         ],
         (Dialect::Postgres, Source::Retried) => vec![
             range(
                 "receipts_retried",
                 "status = 'active' AND attempts > 0 AND lease_token IS NULL",
-                Leases::None,
+                Leases::Without,
             ),
-            range("receipts_leases", "attempts > 0", Leases::All),
+            range("receipts_leases", "attempts > 0", Leases::Only),
         ],
-        (_, Source::Leases) => vec![range("receipts_leases", "", Leases::All)],
-        (_, Source::Finished(_)) => vec![range("receipts_by_status", "", Leases::None)],
-        (_, Source::Failed(_)) => vec![range("receipts_failed", "", Leases::Some)],
+        (_, Source::Leases) => vec![range("receipts_leases", "", Leases::Only)],
+        (_, Source::Finished(_)) => vec![range("receipts_by_status", "", Leases::Without)],
+        (_, Source::Failed(_)) => vec![range("receipts_failed", "", Leases::Mixed)],
     }
 }
 
@@ -217,14 +220,14 @@ fn arm(
             Some(StateFilter::Pending | StateFilter::Scheduled | StateFilter::RetryScheduled)
         );
     match (source, range.leases) {
-        (Source::Fresh | Source::Retried, Leases::All) if skip_leases => {
+        (Source::Fresh | Source::Retried, Leases::Only) if skip_leases => {
             let now = b.push(Bind::Int(now));
             conditions.push(format!("lease_until_ms <= {now}"));
         }
-        (Source::Fresh | Source::Retried, Leases::All) => {
+        (Source::Fresh | Source::Retried, Leases::Only) => {
             conditions.push("lease_until_ms IS NOT NULL".to_owned());
         }
-        (_, Leases::Some) if skip_leases => {
+        (_, Leases::Mixed) if skip_leases => {
             let now = b.push(Bind::Int(now));
             conditions.push(format!(
                 "(lease_until_ms IS NULL OR lease_until_ms <= {now})"
@@ -267,7 +270,7 @@ fn arm(
     };
     let conditions = conditions.join(" AND ");
     if b.dialect == Dialect::Postgres
-        && range.leases == Leases::All
+        && range.leases == Leases::Only
         && matches!(source, Source::Fresh | Source::Retried)
     {
         // The leases are in lease order, so this range is sorted: sort only
