@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 26's table for two builds of settled-bench, alternating in the same minutes, with pgmq's
 # cycle (bench/pgmq_cost.sh: rate, WAL, index entries, database CPU) once per round between them;
-# one JSON line per run on stdout, for BENCHMARKS.md's medians of 3.
+# one JSON line per run on stdout, for BENCHMARKS.md's medians of 3 (bench/ab-summary.py ab.jsonl).
 #   bench/ab-table.sh OLD/target/release/settled-bench target/release/settled-bench > ab.jsonl
 # Workloads (each on a fresh database): PostgreSQL batched cycle (RECEIPTS, 8 workers x 256),
 # PostgreSQL one-by-one (ONE_BY_ONE receipts, 64 workers), PostgreSQL enqueue in batches of 256
