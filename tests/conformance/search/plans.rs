@@ -66,6 +66,8 @@ pub(super) async fn every_search_statement_reads_an_index_range(fresh: Fresh) {
                     }
                 } else {
                     assert!(!plan.contains("Seq Scan"), "{what}");
+                    // The generic plan, made for any values, names its parameters.
+                    assert!(s.binds.is_empty() || plan.contains("$1"), "{what}");
                 }
                 checked += 1;
             }
@@ -90,14 +92,10 @@ fn indexes(source: Source, sqlite: bool) -> Vec<&'static str> {
 
 /// The plan of `sql`, one line per node (SQLite: one line per detail).
 pub(super) async fn explain(fresh: &Fresh, sql: &str, binds: &[Bind], sqlite: bool) -> String {
-    let text = if sqlite {
-        format!("EXPLAIN QUERY PLAN {sql}")
-    } else {
-        format!("EXPLAIN {sql}")
-    };
     let mut lines = String::new();
     if sqlite {
         let mut conn = sqlx::SqliteConnection::connect(&fresh.url).await.unwrap();
+        let text = format!("EXPLAIN QUERY PLAN {sql}");
         let mut q = sqlx::query(sqlx::AssertSqlSafe(text));
         for b in binds {
             q = match b {
@@ -111,22 +109,30 @@ pub(super) async fn explain(fresh: &Fresh, sql: &str, binds: &[Bind], sqlite: bo
         }
     } else {
         let mut conn = crate::common::pg_raw(&fresh.url).await.unwrap();
-        // Seq scans only when nothing else can answer: a plan that still
-        // holds one has no index to use.
-        sqlx::query("SET enable_seqscan = off")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        // The values inline (a utility statement takes no parameters),
-        // last first so that `$1` does not eat the start of `$10`.
-        let mut text = text;
-        for (i, b) in binds.iter().enumerate().rev() {
-            let value = match b {
+        // As the store reads: index ranges only, and one generic plan made
+        // for any values (src/store/postgres/tx.rs), so that this is the
+        // plan every call runs. Seq scans only when nothing else can answer:
+        // a plan that still holds one has no index to use.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET enable_seqscan = off; SET enable_bitmapscan = off; \
+             SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; \
+             PREPARE search_plan AS {sql}"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let values: Vec<String> = binds
+            .iter()
+            .map(|b| match b {
                 Bind::Int(v) => v.to_string(),
                 Bind::Text(t) => format!("'{}'", t.replace('\'', "''")),
-            };
-            text = text.replace(&format!("${}", i + 1), &value);
-        }
+            })
+            .collect();
+        let text = if values.is_empty() {
+            "EXPLAIN EXECUTE search_plan".to_owned()
+        } else {
+            format!("EXPLAIN EXECUTE search_plan({})", values.join(", "))
+        };
         let q = sqlx::query(sqlx::AssertSqlSafe(text));
         for row in q.fetch_all(&mut conn).await.unwrap() {
             lines.push_str(&row.get::<String, _>(0));
