@@ -135,7 +135,8 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     }
     if batch.len() == 1 {
         // One row: the same guarded update with bound values. `UPDATE … FROM`
-        // builds temporary tables whose set-up costs more than the row itself.
+        // over a one-row `VALUES` list costs 8 % more instructions a receipt
+        // one by one (BENCHMARKS.md, issue 26's table of 2026-12-05, night).
         let row = batch.remove(0);
         let id = row.0;
         let changed = conn
