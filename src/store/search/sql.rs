@@ -97,10 +97,16 @@ pub fn statement(
     // A literal, not a parameter: a plan cached for any limit could sort
     // every row instead of merging.
     let order = format!("ORDER BY finalized_at {direction}, receipt_id {direction} LIMIT {budget}");
+    let ask = Ask {
+        filter,
+        page,
+        now,
+        order: &order,
+    };
     let mut arms = Vec::new();
     for source in sources {
         for range in ranges(dialect, source) {
-            arms.push(arm(&mut b, source, range, filter, page, now, &order)?);
+            arms.push(arm(&mut b, source, range, ask)?);
         }
     }
     if dialect == Dialect::Postgres && arms.len() > 1 {
@@ -181,16 +187,24 @@ fn ranges(dialect: Dialect, source: Source) -> Vec<Range> {
     }
 }
 
-/// One range's rows after the page's start, as a `SELECT` without order.
-fn arm(
-    b: &mut Builder,
-    source: Source,
-    range: Range,
-    filter: &ReceiptFilter,
-    page: &SearchPage,
+/// What a search asks, the same for each of its ranges.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    filter: &'a ReceiptFilter,
+    page: &'a SearchPage,
     now: i64,
-    order: &str,
-) -> StoreResult<String> {
+    /// The statement's `ORDER BY … LIMIT`.
+    order: &'a str,
+}
+
+/// One range's rows after the page's start, as a `SELECT` without order.
+fn arm(b: &mut Builder, source: Source, range: Range, ask: Ask<'_>) -> StoreResult<String> {
+    let Ask {
+        filter,
+        page,
+        now,
+        order,
+    } = ask;
     let mut conditions = Vec::new();
     if !range.condition.is_empty() {
         conditions.push(range.condition.to_owned());
