@@ -228,20 +228,23 @@ fn arm(b: &mut Builder, source: Source, range: Range, ask: Ask<'_>) -> StoreResu
     }
     // Active sources skip live leases when a state without them is asked
     // for; stepping over them costs at most the leases handed out.
-    let skip_leases = matches!(source, Source::Fresh | Source::Retried)
+    let active = matches!(source, Source::Fresh | Source::Retried);
+    let skip_leases = active
         && matches!(
             filter.state,
             Some(StateFilter::Pending | StateFilter::Scheduled | StateFilter::RetryScheduled)
         );
-    match (source, range.leases) {
-        (Source::Fresh | Source::Retried, Leases::Only) if skip_leases => {
+    // The leased rows of an active source, apart (PostgreSQL: see `ranges`).
+    let leased_part = active && range.leases == Leases::Only;
+    match range.leases {
+        Leases::Only if leased_part && skip_leases => {
             let now = b.push(Bind::Int(now));
             conditions.push(format!("lease_until_ms <= {now}"));
         }
-        (Source::Fresh | Source::Retried, Leases::Only) => {
+        Leases::Only if leased_part => {
             conditions.push("lease_until_ms IS NOT NULL".to_owned());
         }
-        (_, Leases::Mixed) if skip_leases => {
+        Leases::Mixed if skip_leases => {
             let now = b.push(Bind::Int(now));
             conditions.push(format!(
                 "(lease_until_ms IS NULL OR lease_until_ms <= {now})"
@@ -283,10 +286,7 @@ fn arm(b: &mut Builder, source: Source, range: Range, ask: Ask<'_>) -> StoreResu
         Dialect::Postgres => String::new(),
     };
     let conditions = conditions.join(" AND ");
-    if b.dialect == Dialect::Postgres
-        && range.leases == Leases::Only
-        && matches!(source, Source::Fresh | Source::Retried)
-    {
+    if leased_part {
         // The leases are in lease order, so this range is sorted: sort only
         // the keys (in the index), then read each row as the merge asks for
         // it. `finalized_at = k.key_at` (true of the same row) tells the
