@@ -36,7 +36,7 @@ impl Sized {
 
     /// The statement for `params` (whole rows, at most [`ROWS_MAX`]), and
     /// `params` padded with rows of NULL to its size.
-    pub fn bind<'p>(&self, mut params: Vec<&'p dyn ToSql>) -> (&str, Vec<&'p dyn ToSql>) {
+    fn bind<'p>(&self, mut params: Vec<&'p dyn ToSql>) -> (&str, Vec<&'p dyn ToSql>) {
         let rows = (params.len() / self.columns).max(1).next_power_of_two();
         params.resize(rows * self.columns, &Null);
         let texts = self.texts.get_or_init(|| {
