@@ -279,9 +279,10 @@ async fn plant_refusal(fresh: &Fresh, id: &str) {
     }
 }
 
-/// The same in a batch larger than one statement of the SQLite writer
-/// (256 rows), the refused item in its last statement: the items of the
-/// earlier statements are recorded once, not refused as conflicts.
+/// A write the database refuses (as in the next test) in a batch larger
+/// than one statement of the SQLite writer (256 rows), the refused item in
+/// its last statement: it fails alone, and the items of the earlier
+/// statements are recorded once, not refused as conflicts.
 async fn a_refused_write_in_a_large_batch_fails_that_item_alone(fresh: Fresh) {
     let ids: Vec<String> = (0..300).map(|i| format!("r{i:03}")).collect();
     let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
