@@ -81,10 +81,7 @@ impl SqliteStore {
         if !existed {
             tracing::info!(path = %path.display(), "created SQLite database {}", path.display());
         }
-        let reader = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.clone())
+        let reader = open_readers(options)
             .await
             .map_err(|e| explain::sqlite(&path, &explain::cause(&e)))?;
         Ok(Self {
@@ -95,6 +92,29 @@ impl SqliteStore {
             turn: Turn::default(),
         })
     }
+}
+
+/// How many readers serve reads beside the writer.
+const READERS: u32 = 4;
+
+/// Every reader, opened before the first request and kept for the life of
+/// the process: a connection opened later fails when the process is out of
+/// file descriptors (many idle clients), and the read waiting for it would
+/// fail with it (an enqueue answered 503 while `/healthz` still served).
+async fn open_readers(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let pool = SqlitePoolOptions::new()
+        .min_connections(READERS)
+        .max_connections(READERS)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options);
+    // Hold each until all are open, so every acquire opens a new one.
+    let mut opened = Vec::new();
+    for _ in 0..READERS {
+        opened.push(pool.acquire().await?);
+    }
+    Ok(pool)
 }
 
 /// Create or migrate the file and read its binding (picked on first use);
