@@ -110,6 +110,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLED_PG_SCHEMA", default_value_t = PostgresOptions::default().schema,
         value_parser = parse_schema)]
     pub pg_schema: String,
+    /// PostgreSQL: vacuum the receipts table once this many of its row versions are dead (and
+    /// at least a tenth of its live rows), one replica at a time; 0 leaves it to autovacuum.
+    #[arg(long, env = "SETTLED_PG_VACUUM_DEAD_ROWS", default_value_t = PostgresOptions::default().vacuum_dead_rows)]
+    pub pg_vacuum_dead_rows: u64,
     /// Remove settled and skipped receipts (and their history) this long after they finished,
     /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent. A removed
     /// receipt is forgotten: enqueueing its id again creates a new receipt, so keep this
@@ -236,6 +240,7 @@ impl ServeArgs {
             connect_timeout_ms: self.pg_connect_timeout_ms,
             statement_timeout_ms: self.pg_statement_timeout_ms,
             schema: self.pg_schema.clone(),
+            vacuum_dead_rows: self.pg_vacuum_dead_rows,
         }
     }
 }

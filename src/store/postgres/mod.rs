@@ -28,6 +28,7 @@ mod schema;
 mod search;
 mod stats;
 mod tx;
+mod vacuum;
 mod write;
 
 pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
@@ -69,6 +70,9 @@ pub struct PostgresOptions {
     pub statement_timeout_ms: u64,
     /// The schema holding settled's tables, created if missing.
     pub schema: String,
+    /// Vacuum the receipts table once this many of its row versions (and a
+    /// tenth of its live rows) are dead; 0 leaves it to autovacuum.
+    pub vacuum_dead_rows: u64,
 }
 
 impl Default for PostgresOptions {
@@ -78,6 +82,7 @@ impl Default for PostgresOptions {
             connect_timeout_ms: 5_000,
             statement_timeout_ms: 5_000,
             schema: DEFAULT_SCHEMA.to_owned(),
+            vacuum_dead_rows: 20_000,
         }
     }
 }
@@ -97,6 +102,8 @@ pub struct PostgresStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     listener: AbortHandle,
+    /// The task keeping the receipts table vacuumed, when on.
+    vacuum: Option<AbortHandle>,
     /// Where this replica's next claim's turn over the groups starts after.
     turn: Turn,
     /// Longest a store call may take before it is answered as a backend
@@ -161,7 +168,7 @@ impl PostgresStore {
             .try_into()
             .map_err(|_| StoreError::invalid_record("store binding"))?;
         let notify = Arc::new(Notify::new());
-        let listener = listen::start(connect, acquire_timeout, notify.clone()).await?;
+        let listener = listen::start(connect.clone(), acquire_timeout, notify.clone()).await?;
         let bound = (statement_timeout > 0)
             .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2);
         let writes = batcher::Batcher::start(
@@ -176,11 +183,13 @@ impl PostgresStore {
             bound,
             notify.clone(),
         );
+        let vacuum = vacuum::start(connect, options.vacuum_dead_rows);
         Ok(Self {
             pool,
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
+            vacuum,
             turn: Turn::default(),
             bound,
             writes,
@@ -223,6 +232,9 @@ impl PostgresStore {
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         self.listener.abort();
+        if let Some(vacuum) = &self.vacuum {
+            vacuum.abort();
+        }
     }
 }
 

@@ -401,3 +401,75 @@ async fn a_refused_item_does_not_abort_its_batch_on_postgres() {
 async fn a_refused_item_does_not_abort_its_batch_on_sqlite() {
     a_refused_item_does_not_abort_its_batch(common::fresh_sqlite().await).await;
 }
+
+/// Every claim and every outcome leaves a dead row version whose index
+/// entries claims and `/v1/status` step over until a VACUUM removes them.
+/// With `--pg-vacuum-dead-rows` set, settled vacuums the table itself once
+/// that many are dead, whether or not autovacuum runs (it is off on the
+/// test server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_churning_receipts_table_is_vacuumed_by_settled() {
+    let Some(url) = common::fresh_postgres_url().await else {
+        return;
+    };
+    let options = PostgresOptions {
+        vacuum_dead_rows: 100,
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::open(&url, &options).await.unwrap();
+    let s = store.as_ref();
+    let receipts: Vec<_> = (0..300).map(|i| receipt(&format!("r-{i}"))).collect();
+    s.enqueue(&receipts, ms(T0)).await.unwrap();
+    let accepted = Outcome::Accepted {
+        transcript_id: TranscriptId::parse("tx").unwrap(),
+    };
+    loop {
+        let claims = s
+            .claim_due(&worker("w"), ms(T0), lease(60_000), limit(100))
+            .await
+            .unwrap();
+        if claims.is_empty() {
+            break;
+        }
+        let batch: Vec<_> = claims.into_iter().map(|c| (c, accepted.clone())).collect();
+        for result in s
+            .record_claimed_outcomes(
+                &crate::support::leases(batch),
+                RetryPolicy::default(),
+                ms(T0 + 1),
+            )
+            .await
+            .unwrap()
+        {
+            assert_eq!(result, Ok(Route::NoAction));
+        }
+    }
+    // 600 dead row versions now (a claim's and an outcome's per receipt),
+    // counted once the store's connections report them (within seconds).
+    let mut conn = common::pg_raw(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (vacuums, dead) = loop {
+        let (vacuums, dead): (i64, i64) = sqlx::query_as(
+            "SELECT vacuum_count, n_dead_tup FROM pg_stat_user_tables \
+             WHERE schemaname = 'settled' AND relname = 'receipts'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if (vacuums > 0 && dead < 100) || Instant::now() > deadline {
+            break (vacuums, dead);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(vacuums > 0, "never vacuumed ({dead} dead row versions)");
+    assert!(
+        dead < 100,
+        "{dead} dead row versions left after {vacuums} vacuums"
+    );
+    let view = s
+        .receipt(&ReceiptId::parse("r-299").unwrap(), ms(T0 + 2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(view.state, ReceiptState::Settled);
+}
