@@ -78,7 +78,12 @@ async fn look(pool: &PgPool, dead_rows: i64) -> sqlx::Result<()> {
 
 async fn vacuum(pool: &PgPool) -> sqlx::Result<()> {
     // Not in a transaction (VACUUM refuses one): a simple query of its own.
-    pool.execute(sqlx::raw_sql("VACUUM (SKIP_LOCKED) receipts"))
-        .await?;
+    // No truncation of empty pages at the end of the table: it would take
+    // the table's exclusive lock, stalling requests (and standbys' reads)
+    // for space a queue's table soon fills again.
+    pool.execute(sqlx::raw_sql(
+        "VACUUM (SKIP_LOCKED, TRUNCATE false) receipts",
+    ))
+    .await?;
     Ok(())
 }
