@@ -6,7 +6,12 @@
 /// live at the check time. One text for every guarded write of both
 /// backends; the arguments say where each claim value comes from (a bound
 /// parameter or a batch column), and `$status` how to name the status
-/// column (SQLite's `+status` keeps its planner on the primary key).
+/// column (SQLite's `+status` keeps its planner on the primary key). The
+/// lease's end is compared as `+lease_until_ms` for the same reason: on
+/// PostgreSQL the planner otherwise probes `receipts_leases` on its first
+/// two columns (lease end, attempts) and checks the rest of the key entry by
+/// entry over every row leased by the same claim statement (BENCHMARKS.md,
+/// "An outcome finds its row by its key").
 macro_rules! cas_sql {
     ($status:literal; $id:literal, $fin:literal, $att:literal, $rv:literal,
      $owner:literal, $token:literal, $until:literal, $now:literal) => {
@@ -25,9 +30,9 @@ macro_rules! cas_sql {
             $owner,
             " AND lease_token = ",
             $token,
-            " AND lease_until_ms = ",
+            " AND +lease_until_ms = ",
             $until,
-            " AND lease_until_ms > ",
+            " AND +lease_until_ms > ",
             $now
         )
     };
