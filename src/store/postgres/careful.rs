@@ -17,7 +17,7 @@ use crate::store::rows::ReceiptRow;
 /// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
 macro_rules! cas_where {
     () => {
-        cas_sql!("status"; "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8")
+        cas_sql!("status", "+lease_until_ms"; "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8")
     };
 }
 

@@ -75,7 +75,7 @@ impl Write {
 /// The compare-and-swap of each row against its batch row.
 macro_rules! batch_cas {
     () => {
-        cas_sql!("status"; "b_id", "b_fin", "b_attempts", "b_version", "b_owner", "b_token",
+        cas_sql!("status", "+lease_until_ms"; "b_id", "b_fin", "b_attempts", "b_version", "b_owner", "b_token",
                  "b_until", "b_now")
     };
 }

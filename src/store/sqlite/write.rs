@@ -73,7 +73,7 @@ macro_rules! cas_from_batch {
              value ->> 6 AS until, value ->> 7 AS at",
             $extra,
             " FROM jsonb_each(?1)) AS b WHERE ",
-            cas_sql!("+status"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
+            cas_sql!("+status", "lease_until_ms"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
                      "b.until", "b.at")
         )
     };
@@ -146,7 +146,7 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
                  failure_code = coalesce(?14, failure_code), \
                  failure_sha256 = coalesce(?15, failure_sha256), lease_owner = NULL, \
                  lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?16 WHERE ",
-                cas_sql!("status"; "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8")
+                cas_sql!("status", "lease_until_ms"; "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8")
             ))?
             .execute(row)?;
         return Ok(if changed == 1 {
@@ -183,7 +183,7 @@ static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
          column12 AS new_attempts, column13 AS new_visible, column14 AS new_code, \
          column15 AS new_sha, column16 AS new_finished FROM (VALUES {values})) AS b \
          WHERE {cas} RETURNING receipts.receipt_id",
-        cas = cas_sql!("+status"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
+        cas = cas_sql!("+status", "lease_until_ms"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
                        "b.until", "b.at"),
     )
 });
