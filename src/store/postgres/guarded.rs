@@ -97,7 +97,7 @@ macro_rules! batch_cas {
 /// same order and wait for each other instead of deadlocking. (Locking them first in a `FOR UPDATE`
 /// CTE would make sure of it, but costs a lock record per row and a join;
 /// `EXPLAIN ANALYZE` put it at more than half the statement.)
-const WRITE_ROUND: &str = concat!(
+pub(super) const WRITE_ROUND: &str = concat!(
     "\
 WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[], \
   $6::text[], $7::int8[], $8::int8[], $9::text[], $10::int8[], $11::int8[], $12::text[], \

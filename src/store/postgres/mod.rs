@@ -75,6 +75,11 @@ pub struct PostgresOptions {
     pub vacuum_dead_rows: u64,
 }
 
+/// The statement of a round of guarded writes (outcomes, releases), for
+/// the test that reads its plan.
+#[doc(hidden)]
+pub const GUARDED_WRITE_SQL: &str = guarded::WRITE_ROUND;
+
 impl Default for PostgresOptions {
     fn default() -> Self {
         Self {
