@@ -75,8 +75,8 @@ impl Write {
 /// The compare-and-swap of each row against its batch row.
 macro_rules! batch_cas {
     () => {
-        cas_sql!("status", "+lease_until_ms"; "b_id", "b_fin", "b_attempts", "b_version", "b_owner", "b_token",
-                 "b_until", "b_now")
+        cas_sql!("status", "+lease_until_ms";
+                 "b_id", "b_fin", "b_attempts", "b_version", "b_owner", "b_token", "b_until", "b_now")
     };
 }
 

@@ -7,7 +7,7 @@
 /// backends; the arguments say where each claim value comes from (a bound
 /// parameter or a batch column), and `$status` and `$lease_end` how to name
 /// the status and lease end columns: a `+` in front keeps a planner off the
-/// indexes on that column and on the primary key. SQLite needs `+status`;
+/// indexes on that column, so that it takes the primary key. SQLite needs `+status`;
 /// PostgreSQL `+lease_until_ms`, or it probes `receipts_leases` on its first
 /// two columns (lease end, attempts) and checks the rest of the key entry by
 /// entry over every row leased by the same claim statement (BENCHMARKS.md,

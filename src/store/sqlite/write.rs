@@ -73,8 +73,8 @@ macro_rules! cas_from_batch {
              value ->> 6 AS until, value ->> 7 AS at",
             $extra,
             " FROM jsonb_each(?1)) AS b WHERE ",
-            cas_sql!("+status", "lease_until_ms"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
-                     "b.until", "b.at")
+            cas_sql!("+status", "lease_until_ms";
+                     "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token", "b.until", "b.at")
         )
     };
 }
@@ -183,8 +183,8 @@ static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
          column12 AS new_attempts, column13 AS new_visible, column14 AS new_code, \
          column15 AS new_sha, column16 AS new_finished FROM (VALUES {values})) AS b \
          WHERE {cas} RETURNING receipts.receipt_id",
-        cas = cas_sql!("+status", "lease_until_ms"; "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token",
-                       "b.until", "b.at"),
+        cas = cas_sql!("+status", "lease_until_ms";
+                       "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token", "b.until", "b.at"),
     )
 });
 
