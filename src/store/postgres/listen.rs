@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
@@ -23,11 +23,8 @@ pub(super) async fn start(
 ) -> StoreResult<AbortHandle> {
     // A pool of its own: the listener holds its connection for good, and
     // must not take one from the store's pool.
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
+    let pool = super::one_kept_connection()
         .acquire_timeout(acquire_timeout)
-        .idle_timeout(None)
-        .max_lifetime(None)
         .connect_lazy_with(connect);
     let listener = subscribe(&pool).await?;
     Ok(tokio::spawn(run(pool, listener, notify)).abort_handle())

@@ -234,6 +234,16 @@ impl PostgresStore {
     }
 }
 
+/// A pool of one connection, kept for the life of the process: for a task
+/// that holds its connection for good (the `LISTEN`, the vacuum) and must
+/// not take one from the store's pool.
+fn one_kept_connection() -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+}
+
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         self.listener.abort();

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use sqlx::Executor;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use tokio::task::AbortHandle;
 
 /// How often the dead row versions are counted (a read of the statistics,
@@ -31,10 +31,7 @@ pub(super) fn start(connect: PgConnectOptions, dead_rows: u64) -> Option<AbortHa
     // A connection of its own, opened at the first look and kept: a vacuum
     // must not hold one of the store's, and it runs without the requests'
     // `statement_timeout` (a large table takes longer).
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .idle_timeout(None)
-        .max_lifetime(None)
+    let pool = super::one_kept_connection()
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 conn.execute("SET statement_timeout = 0").await?;
