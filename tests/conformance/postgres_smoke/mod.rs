@@ -420,9 +420,7 @@ async fn a_churning_receipts_table_is_vacuumed_by_settled() {
     let s = store.as_ref();
     let receipts: Vec<_> = (0..300).map(|i| receipt(&format!("r-{i}"))).collect();
     s.enqueue(&receipts, ms(T0)).await.unwrap();
-    let accepted = Outcome::Accepted {
-        transcript_id: TranscriptId::parse("tx").unwrap(),
-    };
+    let accepted = crate::support::accepted("tx");
     loop {
         let claims = s
             .claim_due(&worker("w"), ms(T0), lease(60_000), limit(100))
