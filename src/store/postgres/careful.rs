@@ -8,7 +8,7 @@ use sqlx::Acquire;
 use sqlx::{PgConnection, PgPool};
 
 use super::super::rules::{self, Cas, Plan, cas_sql};
-use super::guarded::{self, Write};
+use super::guarded::{self, Write, pg_cas};
 use super::{Tx, begin, finish, in_id_order, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError, UnixMs};
 use crate::store::StoreResult;
@@ -17,7 +17,7 @@ use crate::store::rows::ReceiptRow;
 /// The whole claim compare-and-swap: `$1..$7` the claim, `$8` the clock.
 macro_rules! cas_where {
     () => {
-        cas_sql!("status", "+lease_until_ms"; "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8")
+        pg_cas!("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8")
     };
 }
 

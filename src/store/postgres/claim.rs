@@ -88,11 +88,18 @@ macro_rules! expired_due {
 /// out-of-range version is left as it is, for Rust to refuse before commit.
 /// The update finds each row by the tuple the lock returned (`ctid`: the
 /// row is locked, so it stays where it is until commit) instead of a second
-/// descent of the primary key.
+/// descent of the primary key: one scan of those tuples (`ctid = ANY`), the
+/// key compared as `IS NOT DISTINCT FROM` (the same test on a key that is
+/// never NULL) so that no index can serve it, and the claim positions
+/// joined to their slots before, among rows the planner counts by the
+/// million, so that it hashes one side. On an analyzed table, `receipt_id =
+/// pick_id` took the key, and the slots joined after the tuples (which it
+/// counts as ten) were scanned once per row (BENCHMARKS.md "With
+/// statistics").
 /// With several priorities due in a group, rows of a lower one may be
 /// locked and left as they are until commit (each priority is read up to
 /// the quota).
-const CLAIM_DUE: &str = concat!(
+pub(super) const CLAIM_DUE: &str = concat!(
     group_levels!(),
     lapsed_groups!(),
     "locked AS (SELECT d.*, l.n AS grp, l.quota FROM levels AS l CROSS JOIN LATERAL \
@@ -107,15 +114,16 @@ const CLAIM_DUE: &str = concat!(
      ranked AS (SELECT *, row_number() OVER (PARTITION BY grp \
        ORDER BY priority DESC, next_visible_at_ms, receipt_id) AS round FROM locked), \
      picked AS (SELECT at AS pick_at, receipt_id AS pick_id, row_version AS prior_version, \
-       lease_until_ms AS prior_until, \
-       row_number() OVER (ORDER BY round, next_visible_at_ms, receipt_id) AS pick FROM ranked \
-       WHERE round <= quota) \
+       lease_until_ms AS prior_until, pick, slot_owner, slot_token, slot_until \
+       FROM (SELECT *, row_number() OVER (ORDER BY round, next_visible_at_ms, receipt_id) AS pick \
+         FROM ranked WHERE round <= quota) AS p \
+       JOIN unnest($4::text[], $5::text[], $6::int8[]) WITH ORDINALITY \
+         AS slots (slot_owner, slot_token, slot_until, slot) ON slot = pick) \
      UPDATE receipts SET row_version = CASE WHEN prior_version BETWEEN 0 AND 9223372036854775806 \
        THEN prior_version + 1 ELSE prior_version END, \
        lease_owner = slot_owner, lease_token = slot_token, lease_until_ms = slot_until \
-     FROM picked JOIN unnest($4::text[], $5::text[], $6::int8[]) WITH ORDINALITY \
-       AS slots (slot_owner, slot_token, slot_until, slot) ON slot = pick \
-     WHERE receipts.ctid = pick_at AND receipt_id = pick_id RETURNING pick, prior_version, prior_until, ",
+     FROM picked WHERE receipts.ctid = ANY (ARRAY(SELECT pick_at FROM picked)) AND receipts.ctid = pick_at \
+       AND receipt_id IS NOT DISTINCT FROM pick_id RETURNING pick, prior_version, prior_until, ",
     pg_receipt_columns!()
 );
 

@@ -80,6 +80,10 @@ pub struct PostgresOptions {
 #[doc(hidden)]
 pub const GUARDED_WRITE_SQL: &str = guarded::WRITE_ROUND;
 
+/// The statement of a batch claim, for the test that reads its plan.
+#[doc(hidden)]
+pub const CLAIM_SQL: &str = claim::CLAIM_DUE;
+
 impl Default for PostgresOptions {
     fn default() -> Self {
         Self {

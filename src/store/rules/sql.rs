@@ -6,13 +6,11 @@
 /// live at the check time. One text for every guarded write of both
 /// backends; the arguments say where each claim value comes from (a bound
 /// parameter or a batch column), and `$status` and `$lease_end` how to name
-/// the status and lease end columns: a `+` in front keeps a planner off the
-/// indexes on that column, so that it takes the primary key. SQLite needs `+status`;
-/// PostgreSQL `+lease_until_ms`, or it probes `receipts_leases` on its first
-/// two columns (lease end, attempts) and checks the rest of the key entry by
-/// entry over every row leased by the same claim statement (BENCHMARKS.md,
-/// "An outcome finds its row by its key"). Each backend measured apart:
-/// `+lease_until_ms` on SQLite halved its batched cycle.
+/// the status and lease end columns, so that a planner takes the primary
+/// key: a `+` in front keeps it off the indexes on that column. SQLite
+/// needs `+status` (and its plain lease end: `+lease_until_ms` halved its
+/// batched cycle); PostgreSQL an expression that hides `receipts_leases`
+/// altogether (`postgres::guarded::pg_cas`).
 macro_rules! cas_sql {
     ($status:literal, $lease_end:literal; $id:literal, $fin:literal, $att:literal, $rv:literal,
      $owner:literal, $token:literal, $until:literal, $now:literal) => {
