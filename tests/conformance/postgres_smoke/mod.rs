@@ -476,7 +476,7 @@ async fn a_churning_receipts_table_is_vacuumed_by_settled() {
 /// Every row one claim statement leased shares its lease end and attempts,
 /// and a probe of `receipts_leases` on those two columns checks the rest of
 /// the key entry by entry over all of them (BENCHMARKS.md, "An outcome finds
-/// its row by its key"). The generic plan, as the store runs it.
+/// its row by its key"). Read as the plan of a round of 256 rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_of_guarded_writes_probes_the_primary_key() {
     // 5 000 rows, 2 000 leased by two claims, and never analyzed, as on a
