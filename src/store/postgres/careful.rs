@@ -7,7 +7,7 @@
 use sqlx::Acquire;
 use sqlx::{PgConnection, PgPool};
 
-use super::super::rules::{self, Cas, Plan, cas_sql};
+use super::super::rules::{self, Cas, Plan};
 use super::guarded::{self, Write, pg_cas};
 use super::{Tx, begin, finish, in_id_order, row};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError, UnixMs};

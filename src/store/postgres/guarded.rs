@@ -7,7 +7,7 @@
 use sqlx::PgConnection;
 
 use super::super::rows::ReceiptRow;
-use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql, history_insert};
+use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, history_insert};
 use super::CHANNEL;
 use crate::domain::{Claim, Route, StoreError};
 use crate::store::StoreResult;
@@ -85,7 +85,7 @@ impl Write {
 /// "With statistics").
 macro_rules! pg_cas {
     ($($arg:literal),*) => {
-        cas_sql!("status", "COALESCE(lease_until_ms, 0)"; $($arg),*)
+        $crate::store::rules::cas_sql!("status", "COALESCE(lease_until_ms, 0)"; $($arg),*)
     };
 }
 pub(super) use pg_cas;

@@ -5,14 +5,15 @@
 
 use crate::common;
 use crate::common::ms;
+use crate::support::{FIN, T0, lease, limit, receipt_with, worker};
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use settled::domain::{
-    ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, SettlementFailureCode,
-    SettlementFailureReason, StoreErrorClass, TranscriptId, WorkerId,
+    Outcome, ReceiptId, RetryPolicy, Route, SettlementFailureCode, SettlementFailureReason,
+    StoreErrorClass, TranscriptId,
 };
 use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::{NewReceipt, ReceiptState, SharedStore};
@@ -20,32 +21,12 @@ use tokio::sync::Notify;
 
 mod coalescing;
 
-const T0: u64 = 1_000_000;
 /// Upper bound on waiting for a notification; the tests never sleep.
 const WAKE_BOUND: Duration = Duration::from_secs(10);
 
+/// A receipt due now, with an observation.
 fn receipt(id: &str) -> NewReceipt {
-    NewReceipt {
-        priority: settled::domain::Priority::default(),
-        trace: None,
-        receipt_id: ReceiptId::parse(id).unwrap(),
-        finalized_at: 1_700_000_000,
-        observation: Some(serde_json::json!({"amount": 5})),
-        visible_at_ms: None,
-        group: settled::domain::GroupName::default_group(),
-    }
-}
-
-fn worker(id: &str) -> WorkerId {
-    WorkerId::parse(id).unwrap()
-}
-
-fn lease(ms: u64) -> LeaseMs {
-    LeaseMs::try_from(ms).unwrap()
-}
-
-fn limit(n: usize) -> ClaimLimit {
-    ClaimLimit::try_from(n).unwrap()
+    receipt_with(id, FIN, Some(serde_json::json!({"amount": 5})), None)
 }
 
 async fn replica(url: &str) -> SharedStore {
