@@ -140,10 +140,13 @@ pub async fn fresh_postgres_url() -> Option<String> {
     };
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("rng");
-    let name = format!("settled_test_{}", hex::encode(bytes));
+    let name = format!("settled_test_{}_{}", unix_secs(), hex::encode(bytes));
     let mut admin = sqlx::PgConnection::connect(&base)
         .await
         .expect("connect to test postgres");
+    if !SWEPT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        drop_stale_test_databases(&mut admin).await;
+    }
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut admin)
         .await
@@ -152,6 +155,49 @@ pub async fn fresh_postgres_url() -> Option<String> {
         .rsplit_once('/')
         .expect("postgres URL with a database name");
     Some(format!("{prefix}/{name}"))
+}
+
+/// Whether this test process has dropped the stale test databases yet.
+static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test databases older than this belong to no running test: a whole
+/// `cargo test` takes minutes.
+const STALE_AFTER_SECS: u64 = 3600;
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}
+
+/// Drop the databases earlier test runs left (`settled_test_<secs>_<hex>`,
+/// created more than an hour ago), so that `cargo test` run by hand does not
+/// pile them up. A database still in use is left alone (no `FORCE`).
+async fn drop_stale_test_databases(admin: &mut sqlx::PgConnection) {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT datname::text FROM pg_database WHERE datname LIKE 'settled\\_test\\_%'",
+    )
+    .fetch_all(&mut *admin)
+    .await
+    .unwrap_or_default();
+    let cutoff = unix_secs().saturating_sub(STALE_AFTER_SECS);
+    for name in names {
+        let created = name
+            .strip_prefix("settled_test_")
+            .and_then(|rest| rest.split_once('_'))
+            .and_then(|(secs, hex)| {
+                let hex_ok = hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+                secs.parse::<u64>().ok().filter(|_| hex_ok)
+            });
+        if created.is_some_and(|secs| secs < cutoff) {
+            // The name was matched to `settled_test_<digits>_<hex>` above.
+            let sql = format!("DROP DATABASE IF EXISTS {name}");
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *admin)
+                .await;
+        }
+    }
 }
 
 /// A plain connection to a test database, working in settled's schema

@@ -22,6 +22,7 @@ mod feed;
 mod group_limits;
 mod guarded;
 mod listen;
+mod lookup;
 mod outcome;
 mod read;
 mod schema;
@@ -46,7 +47,6 @@ use tokio::task::AbortHandle;
 
 use super::fair::Turn;
 use super::group_list::{self, GroupListRow};
-use super::rows::{HistoryRow, ReceiptRow};
 use super::{explain, rules};
 use crate::domain::{
     Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
@@ -103,6 +103,7 @@ const CHANNEL: &str = "settled_work";
 
 type Tx = Transaction<'static, Postgres>;
 
+use lookup::{history, row, row_for_update};
 use tx::{begin, begin_claim, begin_read, commit, finish};
 
 /// The PostgreSQL store.
@@ -272,44 +273,6 @@ async fn announce(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         .execute(conn)
         .await?;
     Ok(())
-}
-
-/// The receipt row, as of the latest commit.
-async fn row(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Option<ReceiptRow>> {
-    Ok(sqlx::query_as(concat!(
-        "SELECT ",
-        pg_receipt_columns!(),
-        " FROM receipts WHERE receipt_id = $1"
-    ))
-    .bind(receipt_id)
-    .fetch_optional(conn)
-    .await?)
-}
-
-/// The receipt row, locked until the transaction ends.
-async fn row_for_update(
-    conn: &mut PgConnection,
-    receipt_id: &str,
-) -> StoreResult<Option<ReceiptRow>> {
-    Ok(sqlx::query_as(concat!(
-        "SELECT ",
-        pg_receipt_columns!(),
-        " FROM receipts WHERE receipt_id = $1 FOR UPDATE"
-    ))
-    .bind(receipt_id)
-    .fetch_optional(conn)
-    .await?)
-}
-
-async fn history(conn: &mut PgConnection, receipt_id: &str) -> StoreResult<Vec<HistoryRow>> {
-    Ok(sqlx::query_as(concat!(
-        "SELECT ",
-        crate::store::rows::history_columns!(),
-        " FROM receipt_history WHERE receipt_id = $1 ORDER BY id"
-    ))
-    .bind(receipt_id)
-    .fetch_all(conn)
-    .await?)
 }
 
 #[async_trait]
