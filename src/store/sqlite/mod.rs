@@ -416,3 +416,5 @@ mod background_tests;
 mod merge_tests;
 #[cfg(test)]
 mod migration_tests;
+#[cfg(test)]
+mod plan_tests;

@@ -34,6 +34,14 @@ impl Sized {
         }
     }
 
+    /// The statement's text for `rows` rows (a power of two, at most
+    /// [`ROWS_MAX`]), for tests that read its plan.
+    #[cfg(test)]
+    pub fn text(&self, rows: usize) -> String {
+        let row = format!("({})", vec!["?"; self.columns].join(", "));
+        (self.build)(&vec![row; rows].join(", "))
+    }
+
     /// The statement for `params` (whole rows, at most [`ROWS_MAX`]), and
     /// `params` padded with rows of NULL to its size.
     fn bind<'p>(&self, mut params: Vec<&'p dyn ToSql>) -> (&str, Vec<&'p dyn ToSql>) {

@@ -168,7 +168,7 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
 /// The guarded `UPDATE` of a batch of outcomes: 16 columns a row, those of
 /// [`cas_row`] then those of [`change_row`]; it returns the ids it changed
 /// (padding rows are all NULL, and `receipt_id = NULL` matches no row).
-static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
+pub(super) static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
     format!(
         "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
          skip_reason = b.new_reason, attempts = coalesce(b.new_attempts, receipts.attempts), \
@@ -296,6 +296,24 @@ fn lease_miss(row: Option<&ReceiptRow>, claim: &Claim, now_ms: UnixMs) -> StoreE
     }
 }
 
+/// The guarded `UPDATE` of a batch of lease extensions (`jsonb_each` rows
+/// of [`cas_row`] and the new deadline).
+pub(super) const EXTEND: &str = concat!(
+    "UPDATE receipts SET lease_until_ms = b.new_until",
+    cas_from_batch!(", value ->> 8 AS new_until"),
+    " RETURNING ",
+    receipt_columns!()
+);
+
+/// The guarded `UPDATE` of a batch of releases (`jsonb_each` rows of
+/// [`cas_row`]): each lease ends and its receipt is due at once.
+pub(super) const RELEASE: &str = concat!(
+    "UPDATE receipts SET lease_owner = NULL, lease_token = NULL, \
+     lease_until_ms = NULL, next_visible_at_ms = b.at",
+    cas_from_batch!(""),
+    " RETURNING receipts.receipt_id"
+);
+
 /// Move live leases' deadlines; each judged on its own.
 pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreResult<Claimed>>> {
     let mut results: Vec<Option<StoreResult<Claimed>>> = vec![None; items.len()];
@@ -309,12 +327,7 @@ pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreR
         let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
         let mut updated: HashMap<String, ReceiptRow> = HashMap::new();
         if !rows.is_empty() {
-            let mut stmt = conn.prepare_cached(concat!(
-                "UPDATE receipts SET lease_until_ms = b.new_until",
-                cas_from_batch!(", value ->> 8 AS new_until"),
-                " RETURNING ",
-                receipt_columns!()
-            ))?;
+            let mut stmt = conn.prepare_cached(EXTEND)?;
             for r in stmt.query_map([json(&rows)?], receipt_row)? {
                 let r = r?;
                 updated.insert(r.receipt_id.clone(), r);
@@ -358,12 +371,7 @@ pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<Stor
         let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
         let mut released = HashSet::new();
         if !rows.is_empty() {
-            let mut stmt = conn.prepare_cached(concat!(
-                "UPDATE receipts SET lease_owner = NULL, lease_token = NULL, \
-                 lease_until_ms = NULL, next_visible_at_ms = b.at",
-                cas_from_batch!(""),
-                " RETURNING receipts.receipt_id"
-            ))?;
+            let mut stmt = conn.prepare_cached(RELEASE)?;
             released = stmt
                 .query_map([json(&rows)?], |r| r.get::<_, String>(0))?
                 .collect::<Result<_, _>>()?;
