@@ -6,9 +6,14 @@
 # was not HOT adding one entry to every index of its table, from pg_stat_user_tables) and the
 # CPU of the backends serving pgbench (from /proc; the server must run on this machine).
 # The same figures as settled-bench's db_* fields, for the same comparison (BENCHMARKS.md).
-# Usage: bench/pgmq_cost.sh postgres://postgres@127.0.0.1:5432/postgres
+# Usage: bench/pgmq_cost.sh postgres://postgres@127.0.0.1:5432/postgres [delete|archive]
+# `archive` completes each batch with pgmq.archive (the message moves to the queue's archive table,
+# indexed, as a record of it is kept) instead of pgmq.delete: the peer's cycle when it keeps what
+# settled keeps a row for.
 set -eu
 admin=$1
+complete=${2:-delete}
+case "$complete" in delete | archive) ;; *) echo "complete with delete or archive" >&2; exit 2 ;; esac
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/settled-bench/pgmq-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q pgmq==1.1.4 >/dev/null
@@ -29,9 +34,9 @@ VACUUM ANALYZE pgmq.q_q;
 CHECKPOINT;
 SQL
 cycle=$(mktemp)
-cat >"$cycle" <<'SQL'
+cat >"$cycle" <<SQL
 \set batch 256
-WITH m AS (SELECT msg_id FROM pgmq.read('q', 30, :batch)) SELECT pgmq.delete('q', array_agg(msg_id)) FROM m;
+WITH m AS (SELECT msg_id FROM pgmq.read('q', 30, :batch)) SELECT pgmq.$complete('q', array_agg(msg_id)) FROM m;
 SQL
 python3 - "$url" "$cycle" <<'PY'
 import os, re, subprocess, sys, time
