@@ -35,8 +35,7 @@ impl Sized {
     }
 
     /// The statement's text for `rows` rows (a power of two, at most
-    /// [`ROWS_MAX`]), for tests that read its plan.
-    #[cfg(test)]
+    /// [`ROWS_MAX`]); tests read its plan.
     pub fn text(&self, rows: usize) -> String {
         let row = format!("({})", vec!["?"; self.columns].join(", "));
         (self.build)(&vec![row; rows].join(", "))
@@ -49,10 +48,7 @@ impl Sized {
         params.resize(rows * self.columns, &Null);
         let texts = self.texts.get_or_init(|| {
             (0..=ROWS_MAX.trailing_zeros())
-                .map(|k| {
-                    let row = format!("({})", vec!["?"; self.columns].join(", "));
-                    (self.build)(&vec![row; 1 << k].join(", "))
-                })
+                .map(|k| self.text(1 << k))
                 .collect()
         });
         (&texts[rows.trailing_zeros() as usize], params)
