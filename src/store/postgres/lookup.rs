@@ -36,6 +36,7 @@ pub(super) async fn row_for_update(
     .await?)
 }
 
+/// The receipt's history, oldest entry first.
 pub(super) async fn history(
     conn: &mut PgConnection,
     receipt_id: &str,
