@@ -6,20 +6,9 @@
 use std::time::{Duration, Instant};
 
 use super::SqliteStore;
-use crate::domain::{ReceiptId, UnixMs};
-use crate::store::{NewReceipt, SettlementOutcomeStore};
-
-fn receipt(id: &str) -> NewReceipt {
-    NewReceipt {
-        priority: crate::domain::Priority::default(),
-        trace: None,
-        receipt_id: ReceiptId::parse(id).expect("id"),
-        finalized_at: 1,
-        observation: None,
-        visible_at_ms: None,
-        group: crate::domain::GroupName::default_group(),
-    }
-}
+use super::test_support::receipt;
+use crate::domain::UnixMs;
+use crate::store::SettlementOutcomeStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_writes_alone_wait_while_the_database_fails() {

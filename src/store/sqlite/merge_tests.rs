@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::SqliteStore;
+use super::test_support::{open, receipt};
 use crate::domain::{
     ClaimLimit, LeaseMs, Outcome, ReceiptId, RetryPolicy, Route, StoreError, TranscriptId, UnixMs,
     WorkerId,
@@ -11,13 +12,6 @@ use crate::domain::{
 use crate::store::{NewReceipt, ReceiptState, SettlementOutcomeStore};
 
 const NOW: u64 = 1_000_000;
-
-async fn open() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite:{}", dir.path().join("merge.db").display());
-    let store = SqliteStore::open(&url).await.expect("open");
-    (dir, store)
-}
 
 /// Hold the writer thread busy so that the next requests queue behind it; it
 /// goes on once `release` sees `n` requests queued, so that they all land in
@@ -65,17 +59,7 @@ impl Held {
 async fn a_refused_request_in_a_merged_group_leaves_the_others_committed() {
     let (_dir, store) = open().await;
     let store: std::sync::Arc<SqliteStore> = std::sync::Arc::new(store);
-    let receipts: Vec<NewReceipt> = (0..8)
-        .map(|i| NewReceipt {
-            priority: crate::domain::Priority::default(),
-            trace: None,
-            receipt_id: ReceiptId::parse(&format!("r-{i}")).unwrap(),
-            finalized_at: 1,
-            observation: None,
-            visible_at_ms: None,
-            group: crate::domain::GroupName::default_group(),
-        })
-        .collect();
+    let receipts: Vec<NewReceipt> = (0..8).map(|i| receipt(&format!("r-{i}"))).collect();
     store.enqueue(&receipts, ms(NOW)).await.expect("enqueue");
     let worker = WorkerId::parse("w").unwrap();
     let claims = store
@@ -157,15 +141,10 @@ async fn a_merged_batch_refused_by_the_database_is_rerun_request_by_request() {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let receipt = NewReceipt {
-                priority: crate::domain::Priority::default(),
-                trace: None,
-                receipt_id: ReceiptId::parse(&format!("e-{i}")).unwrap(),
                 // Past SQLite's signed range for one request only: the merged
                 // insert fails, and only this request may fail with it.
                 finalized_at: if i == 2 { u64::MAX } else { 1 },
-                observation: None,
-                visible_at_ms: None,
-                group: crate::domain::GroupName::default_group(),
+                ..receipt(&format!("e-{i}"))
             };
             store.enqueue(std::slice::from_ref(&receipt), ms(NOW)).await
         }));
@@ -193,15 +172,7 @@ async fn a_panicking_write_is_answered_and_the_writer_goes_on() {
         matches!(panicked, Err(StoreError::Backend { .. })),
         "{panicked:?}"
     );
-    let receipt = NewReceipt {
-        priority: crate::domain::Priority::default(),
-        trace: None,
-        receipt_id: ReceiptId::parse("after-the-panic").unwrap(),
-        finalized_at: 1,
-        observation: None,
-        visible_at_ms: None,
-        group: crate::domain::GroupName::default_group(),
-    };
+    let receipt = receipt("after-the-panic");
     let created = store
         .enqueue(&[receipt], ms(NOW))
         .await
@@ -227,15 +198,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
     });
     let queued = store.clone();
     let enqueue = tokio::spawn(async move {
-        let receipt = NewReceipt {
-            priority: crate::domain::Priority::default(),
-            trace: None,
-            receipt_id: ReceiptId::parse("in-the-dropped-group").unwrap(),
-            finalized_at: 1,
-            observation: None,
-            visible_at_ms: None,
-            group: crate::domain::GroupName::default_group(),
-        };
+        let receipt = receipt("in-the-dropped-group");
         queued
             .enqueue(std::slice::from_ref(&receipt), ms(NOW))
             .await
@@ -253,15 +216,7 @@ async fn a_group_whose_transaction_sqlite_dropped_keeps_and_acknowledges_nothing
         None,
         "and not kept"
     );
-    let again = NewReceipt {
-        priority: crate::domain::Priority::default(),
-        trace: None,
-        receipt_id: id.clone(),
-        finalized_at: 1,
-        observation: None,
-        visible_at_ms: None,
-        group: crate::domain::GroupName::default_group(),
-    };
+    let again = receipt(id.as_str());
     assert_eq!(
         store
             .enqueue(&[again], ms(NOW))
@@ -299,13 +254,8 @@ async fn a_failed_group_commit_leaves_no_group_limits_behind() {
         .expect("limits");
     let receipts: Vec<NewReceipt> = (0..2)
         .map(|i| NewReceipt {
-            priority: crate::domain::Priority::default(),
-            trace: None,
-            receipt_id: ReceiptId::parse(&format!("g-{i}")).unwrap(),
-            finalized_at: 1,
-            observation: None,
-            visible_at_ms: None,
             group: group.clone(),
+            ..receipt(&format!("g-{i}"))
         })
         .collect();
     store.enqueue(&receipts, ms(NOW)).await.expect("enqueue");

@@ -418,3 +418,5 @@ mod merge_tests;
 mod migration_tests;
 #[cfg(test)]
 mod plan_tests;
+#[cfg(test)]
+mod test_support;

@@ -8,8 +8,9 @@
 //! The bundled SQLite (3.51) keeps the key; its upgrades are checked here.
 
 use super::SqliteStore;
+use super::test_support::{open, receipt};
 use super::write::{EXTEND, OUTCOMES, RELEASE};
-use crate::domain::{ClaimLimit, GroupName, LeaseMs, Priority, ReceiptId, UnixMs, WorkerId};
+use crate::domain::{ClaimLimit, LeaseMs, UnixMs, WorkerId};
 use crate::store::{NewReceipt, SettlementOutcomeStore};
 
 const NOW: u64 = 1_000_000;
@@ -17,20 +18,10 @@ const NOW: u64 = 1_000_000;
 /// 5 000 receipts, 2 000 of them leased, analyzed by the writer's own
 /// connection (which then plans with the statistics at once).
 async fn analyzed_store() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite:{}", dir.path().join("plans.db").display());
-    let store = SqliteStore::open(&url).await.expect("open");
+    let (dir, store) = open().await;
     for chunk in 0..5 {
         let receipts: Vec<NewReceipt> = (0..1000)
-            .map(|i| NewReceipt {
-                priority: Priority::default(),
-                trace: None,
-                receipt_id: ReceiptId::parse(&format!("r-{chunk}-{i:04}")).unwrap(),
-                finalized_at: 1,
-                observation: None,
-                visible_at_ms: None,
-                group: GroupName::default_group(),
-            })
+            .map(|i| receipt(&format!("r-{chunk}-{i:04}")))
             .collect();
         store
             .enqueue(&receipts, UnixMs::saturating(NOW))
