@@ -122,7 +122,11 @@ macro_rules! batch_cas {
 /// by the batch), so two transactions that share receipts lock them in the
 /// same order and wait for each other instead of deadlocking. (Locking them first in a `FOR UPDATE`
 /// CTE would make sure of it, but costs a lock record per row and a join;
-/// `EXPLAIN ANALYZE` put it at more than half the statement.)
+/// `EXPLAIN ANALYZE` put it at more than half the statement.) The history
+/// insert takes its columns from the update's `RETURNING`, not from a join
+/// of `changed` with `batch` on `b_item`: the planner, which expects a
+/// handful of rows from both, joined them with a nested loop that read the
+/// whole batch again for every changed row (65 536 rows for a round of 256).
 pub(super) const WRITE_ROUND: &str = concat!(
     "\
 WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[], \
@@ -142,7 +146,8 @@ changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_att
   FROM batch WHERE ",
     batch_cas!(),
     " RETURNING b_item, b_wakes, b_attempts, receipts.status AS new_status, \
-  receipts.attempts AS new_attempts), \
+  receipts.attempts AS new_attempts, b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, \
+  h_reason, h_worker, h_observed, h_route, h_retry_after), \
 moved AS (SELECT set_config('settled.counted', 'on', true) AS counted_here, \
   COUNT(*) FILTER (WHERE new_status = 'active' AND new_attempts = 0) \
     - COUNT(*) FILTER (WHERE b_attempts = 0) AS d_fresh, \
@@ -164,8 +169,7 @@ spilled AS (INSERT INTO receipt_counts (fresh, retried, settled, skipped, dead_l
 logged AS (",
     history_insert!(),
     "SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \
-  h_observed, h_route, h_retry_after, NULL, NULL FROM changed JOIN batch USING (b_item) \
-  ORDER BY b_item), \
+  h_observed, h_route, h_retry_after, NULL, NULL FROM changed ORDER BY b_item), \
 announced AS (SELECT pg_notify($27, '') FROM (SELECT 1 FROM changed WHERE b_wakes LIMIT 1) AS woken) \
 SELECT b_item FROM changed UNION ALL SELECT 0 FROM announced"
 );
