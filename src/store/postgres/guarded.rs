@@ -124,9 +124,10 @@ macro_rules! batch_cas {
 /// CTE would make sure of it, but costs a lock record per row and a join;
 /// `EXPLAIN ANALYZE` put it at more than half the statement.) The history
 /// insert takes its columns from the update's `RETURNING`, not from a join
-/// of `changed` with `batch` on `b_item`: the planner, which expects a
-/// handful of rows from both, joined them with a nested loop that read the
-/// whole batch again for every changed row (65 536 rows for a round of 256).
+/// of `changed` with `batch` on `b_item`: with that join the batch was
+/// materialized and read twice (a hash join; and where the planner expected
+/// a single row of the batch, as a filter on it made it in a trial, a
+/// nested loop that read the whole batch once per changed row).
 pub(super) const WRITE_ROUND: &str = concat!(
     "\
 WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[], \

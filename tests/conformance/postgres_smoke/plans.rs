@@ -86,10 +86,10 @@ async fn guarded_writes_probe_the_primary_key(rows: usize, analyzed_at: usize) {
         "{plan}"
     );
     assert!(!plan.contains("receipts_leases"), "{plan}");
-    // The batch is read once, by the update: the history insert takes its
-    // columns from what the update returned. Joined to the batch again, the
-    // plan kept after the first executions (generic, which expects ten rows
-    // from the arrays) read the whole batch once per changed row.
+    // The batch is read once, by the update, in the plan of the first
+    // executions and in the generic one kept after them: the history insert
+    // takes its columns from what the update returned. Joined to the batch
+    // again, the batch was materialized and read a second time.
     for plan in [
         plan,
         plan_of(
