@@ -102,13 +102,15 @@ pub(super) struct Tally {
     pub(super) commits: u64,
     /// 409 `lease_conflict` answers.
     pub(super) conflicts: u64,
-    /// Commits sent at or after their lease deadline.
+    /// Commits sent after their lease had run out, whatever the replica's
+    /// clock error.
     pub(super) late: u64,
     /// Late commits refused with 409 `lease_conflict`.
     pub(super) late_refused: u64,
     /// Late identical dead-letter decisions answered with the same route.
     pub(super) late_replayed: u64,
-    /// Commits whose deadline fell while the request was in flight.
+    /// Commits neither surely in time nor surely late: the deadline fell
+    /// while the request was in flight, or within the clock tolerance.
     pub(super) borderline: u64,
     pub(super) violations: Vec<String>,
     pub(super) per_receipt: HashMap<String, Seen>,
@@ -135,21 +137,36 @@ impl Tally {
         }
     }
 
-    /// Judge one commit: `answer` is `Ok(route)` or `Err(problem)`, the
-    /// request having left at `sent_ms` and come back at `back_ms`.
+    /// A claim's deadline is the replica's clock at the claim plus the lease,
+    /// and that clock is PostgreSQL's, which is this machine's wall clock: so
+    /// it lies between the request's leaving and its answer plus the lease,
+    /// give or take a second (the offset at which a replica warns; a step of
+    /// the wall clock reaches the replicas only at their next resync).
+    pub(super) fn check_deadline(&mut self, claim: &Value, sent_ms: u64, back_ms: u64) {
+        const TOLERANCE_MS: u64 = 1_000;
+        let until = claim["lease_until_ms"].as_u64().expect("lease_until_ms");
+        let earliest = (sent_ms + LEASE_MS).saturating_sub(TOLERANCE_MS);
+        let latest = back_ms + LEASE_MS + TOLERANCE_MS;
+        if !(earliest..=latest).contains(&until) {
+            self.violations.push(format!(
+                "{}: lease_until_ms {until} is not within {TOLERANCE_MS} ms of the \
+                 claim's time plus {LEASE_MS} ms ({sent_ms}..={back_ms} on this machine)",
+                claim["receipt_id"]
+            ));
+        }
+    }
+
+    /// Judge one commit: `answer` is `Ok(route)` or `Err(problem)`.
     pub(super) fn judge(
         &mut self,
         claim: &Value,
         outcome: &Value,
         answer: Result<&Value, (u16, &Value)>,
-        sent_ms: u64,
-        back_ms: u64,
+        timing: Timing,
     ) {
         let id = claim["receipt_id"].as_str().expect("receipt_id").to_owned();
-        let until = claim["lease_until_ms"].as_u64().expect("lease_until_ms");
         let attempts = claim["attempts"].as_u64().expect("attempts");
-        let late = sent_ms >= until;
-        let in_time = back_ms < until;
+        let (late, in_time) = (timing.late(), timing.in_time());
         self.commits += 1;
         if late {
             self.late += 1;
@@ -204,5 +221,45 @@ impl Tally {
                 .violations
                 .push(format!("{id}: {what} commit answered {status} {problem}")),
         }
+    }
+}
+
+/// When a claim and the commit of its outcome left and came back, on this
+/// machine's monotonic clock. A replica measures a lease on its own steady
+/// clock, which runs at this one's rate but for a resync's step, so a commit
+/// is judged by the time since its claim rather than by comparing
+/// `lease_until_ms` with this machine's wall clock: a replica's constant error
+/// cancels out.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timing {
+    claim_sent: Instant,
+    claim_back: Instant,
+    sent: Instant,
+    back: Instant,
+}
+
+impl Timing {
+    /// The commit's answer has just come back.
+    pub(super) fn new(claim_sent: Instant, claim_back: Instant, sent: Instant) -> Self {
+        Self {
+            claim_sent,
+            claim_back,
+            sent,
+            back: Instant::now(),
+        }
+    }
+
+    /// Sent when the lease had surely run out: more than the lease (and the
+    /// tolerance) after the claim's answer, so after the replica read its clock.
+    pub(super) fn late(&self) -> bool {
+        self.sent.duration_since(self.claim_back)
+            >= Duration::from_millis(LEASE_MS + CLOCK_TOLERANCE_MS)
+    }
+
+    /// Answered while the lease surely ran: less than the lease (less the
+    /// tolerance) after the claim left, so before the replica's deadline.
+    pub(super) fn in_time(&self) -> bool {
+        self.back.duration_since(self.claim_sent)
+            < Duration::from_millis(LEASE_MS - CLOCK_TOLERANCE_MS)
     }
 }

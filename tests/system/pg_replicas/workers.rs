@@ -37,7 +37,11 @@ pub(super) async fn worker(
         let limit = if batches { 2 + rng.below(7) } else { 1 };
         let request =
             json!({"worker_id": name, "lease_ms": LEASE_MS, "limit": limit, "wait_ms": WAIT_MS});
+        let claim_sent = Instant::now();
+        let claim_sent_ms = unix_ms();
         let (status, body) = post(&client, &format!("{base}/v1/claims"), &request).await;
+        let claim_back = Instant::now();
+        let claim_back_ms = unix_ms();
         tally.claim_calls += 1;
         if status != 200 {
             tally
@@ -63,10 +67,13 @@ pub(super) async fn worker(
             continue;
         }
         tally.claimed += claims.len() as u64;
+        for claim in &claims {
+            tally.check_deadline(claim, claim_sent_ms, claim_back_ms);
+        }
         // "Settle" on the rail: slow enough that some leases run out meanwhile.
         tokio::time::sleep(Duration::from_millis(rng.below(SLOWEST_COMMIT_MS + 1))).await;
         let outcomes: Vec<Value> = claims.iter().map(outcome_for).collect();
-        let sent_ms = unix_ms();
+        let sent = Instant::now();
         if batches {
             let items: Vec<Value> = claims
                 .iter()
@@ -79,7 +86,7 @@ pub(super) async fn worker(
                 &json!({"outcomes": items}),
             )
             .await;
-            let back_ms = unix_ms();
+            let timing = Timing::new(claim_sent, claim_back, sent);
             if status != 200 {
                 tally
                     .violations
@@ -100,7 +107,7 @@ pub(super) async fn worker(
                         problem,
                     )),
                 };
-                tally.judge(claim, outcome, answer, sent_ms, back_ms);
+                tally.judge(claim, outcome, answer, timing);
             }
         } else {
             let (claim, outcome) = (&claims[0], &outcomes[0]);
@@ -111,13 +118,13 @@ pub(super) async fn worker(
                 &json!({"claim": claim, "outcome": outcome}),
             )
             .await;
-            let back_ms = unix_ms();
+            let timing = Timing::new(claim_sent, claim_back, sent);
             let answer = if status == 200 {
                 Ok(&body)
             } else {
                 Err((status, &body))
             };
-            tally.judge(claim, outcome, answer, sent_ms, back_ms);
+            tally.judge(claim, outcome, answer, timing);
         }
     }
     tally
