@@ -100,7 +100,6 @@ where
     Some(best)
 }
 
-#[derive(Debug)]
 struct Sample {
     reference_ms: u64,
     /// Halfway through the round trip that read it.
@@ -173,8 +172,15 @@ mod tests {
 
     #[tokio::test]
     async fn slow_first_samples_are_taken_again_until_one_is_quick() {
-        let mut slow = vec![Some(200), Some(120), None, Some(300), Some(70)];
-        slow.extend([Some(30), Some(1)]);
+        let slow = [
+            Some(200),
+            Some(120),
+            None,
+            Some(300),
+            Some(70),
+            Some(30),
+            Some(1),
+        ];
         assert_eq!(first_of(&slow).await, (Some(30), 6));
     }
 
