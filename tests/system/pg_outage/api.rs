@@ -9,16 +9,6 @@ pub(super) async fn start_settled(dir: &std::path::Path, args: &[&str]) -> Serve
     Launch::new(dir).args(args).spawn().ready_async().await
 }
 
-pub(super) fn unix_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_millis(),
-    )
-    .expect("ms fit u64")
-}
-
 /// An answer: status, content type, raw body and its JSON, and how long it took.
 #[derive(Debug)]
 pub(super) struct Answer {

@@ -10,12 +10,13 @@
 
 use crate::common;
 use crate::common::process::{Launch, Server};
+use crate::common::rng::now_ms;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
@@ -276,7 +277,7 @@ async fn the_service_answers_503_during_an_outage_and_recovers_by_itself() {
 
     // Work in every state: settled, dead-lettered, retry scheduled, leased,
     // pending (not yet visible).
-    let later = unix_ms() + 3_600_000;
+    let later = now_ms() + 3_600_000;
     for id in ["s-1", "s-2", "s-3", "d-1", "t-1", "l-1", "l-2"] {
         api.enqueue(id, None).await;
     }

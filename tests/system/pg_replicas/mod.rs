@@ -9,11 +9,12 @@
 use crate::common;
 use crate::common::LEASE_LOST;
 use crate::common::process::{Launch, Server};
+use crate::common::rng::now_ms;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -54,18 +55,6 @@ pub(crate) fn client() -> reqwest::Client {
         .timeout(Duration::from_secs(30))
         .build()
         .expect("http client")
-}
-
-/// Unix ms on this machine's clock, which is PostgreSQL's (it runs here), the
-/// clock the replicas follow.
-fn unix_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_millis(),
-    )
-    .expect("ms fit u64")
 }
 
 async fn send(

@@ -38,10 +38,10 @@ pub(super) async fn worker(
         let request =
             json!({"worker_id": name, "lease_ms": LEASE_MS, "limit": limit, "wait_ms": WAIT_MS});
         let claim_sent = Instant::now();
-        let claim_sent_ms = unix_ms();
+        let claim_sent_ms = now_ms();
         let (status, body) = post(&client, &format!("{base}/v1/claims"), &request).await;
         let claim_back = Instant::now();
-        let claim_back_ms = unix_ms();
+        let claim_back_ms = now_ms();
         tally.claim_calls += 1;
         if status != 200 {
             tally
