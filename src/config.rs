@@ -114,6 +114,12 @@ pub struct ServeArgs {
     /// at least a tenth of its live rows), one replica at a time; 0 leaves it to autovacuum.
     #[arg(long, env = "SETTLED_PG_VACUUM_DEAD_ROWS", default_value_t = PostgresOptions::default().vacuum_dead_rows)]
     pub pg_vacuum_dead_rows: u64,
+    /// PostgreSQL: give up on a server that stops answering without a reset (a host powered off,
+    /// a network partition) after about this long, in ms: TCP keepalives on idle connections and
+    /// TCP_USER_TIMEOUT on busy ones, then look for the writable host again. 0 leaves the system's
+    /// defaults (hours). The connection string's keepalives* and tcp_user_timeout win.
+    #[arg(long, env = "SETTLED_PG_TCP_TIMEOUT_MS", default_value_t = PostgresOptions::default().tcp_timeout_ms)]
+    pub pg_tcp_timeout_ms: u64,
     /// Remove settled and skipped receipts (and their history) this long after they finished,
     /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent. A removed
     /// receipt is forgotten: enqueueing its id again creates a new receipt, so keep this
@@ -241,6 +247,7 @@ impl ServeArgs {
             statement_timeout_ms: self.pg_statement_timeout_ms,
             schema: self.pg_schema.clone(),
             vacuum_dead_rows: self.pg_vacuum_dead_rows,
+            tcp_timeout_ms: self.pg_tcp_timeout_ms,
         }
     }
 }

@@ -95,7 +95,7 @@ pub async fn run(
             StartError::Store(match e {
                 // Start-up failures are written for the person starting it.
                 OpenError::Scheme(detail)
-                | OpenError::Store(crate::domain::StoreError::Backend { detail }) => detail,
+                | OpenError::Store(crate::domain::StoreError::Backend { detail, .. }) => detail,
                 other => format!("cannot open the database: {other}"),
             })
         })?;

@@ -182,7 +182,12 @@ pub enum ConflictKind {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum StoreError {
     #[error("settlement routing backend failure: {detail}")]
-    Backend { detail: String },
+    Backend {
+        detail: String,
+        /// The server said it takes no writes on this connection (a standby,
+        /// a demoted primary, or one shutting down): a failover, not an outage.
+        writer_lost: bool,
+    },
     #[error("settlement routing conflict: {detail}")]
     Conflict { kind: ConflictKind, detail: String },
     #[error("invalid settlement routing record: {detail}")]
@@ -219,6 +224,15 @@ impl StoreError {
     pub fn backend(detail: impl Into<String>) -> Self {
         Self::Backend {
             detail: detail.into(),
+            writer_lost: false,
+        }
+    }
+
+    /// A database server that takes no writes on this connection.
+    pub fn writer_lost(detail: impl Into<String>) -> Self {
+        Self::Backend {
+            detail: detail.into(),
+            writer_lost: true,
         }
     }
 }

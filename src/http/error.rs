@@ -178,15 +178,25 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, code, ProblemClass::Conflict, detail)
     }
 
-    /// 503 with class `backend`; `internal` goes to the log only.
+    /// 503 with class `backend` and `Retry-After: 1`; `internal` goes to
+    /// the log only. Outages and failovers mostly last seconds, and every
+    /// request settled answers so is safe to send again (docs/high-availability.md).
     pub fn unavailable(internal: &str) -> Self {
+        let mut error = Self::not_ready("the database is unavailable; retry later");
+        error.internal = Some(Internal::Backend(internal.to_owned()));
+        error
+    }
+
+    /// 503 with class `backend`, `Retry-After: 1` and a detail the caller
+    /// may read (no host names or driver text).
+    pub fn not_ready(detail: impl Into<String>) -> Self {
         let mut error = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ProblemCode::BackendUnavailable,
             ProblemClass::Backend,
-            "the database is unavailable; retry later",
+            detail,
         );
-        error.internal = Some(Internal::Backend(internal.to_owned()));
+        error.retry_after_s = Some(1);
         error
     }
 
@@ -266,7 +276,7 @@ impl From<StoreError> for ApiError {
                 error.internal = Some(Internal::InvalidRecord(detail));
                 error
             }
-            StoreError::Backend { detail } => Self::unavailable(&detail),
+            StoreError::Backend { detail, .. } => Self::unavailable(&detail),
         }
     }
 }

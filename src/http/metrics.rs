@@ -15,13 +15,14 @@ use prometheus_client::registry::{Registry, Unit};
 mod labels;
 
 use labels::{
-    ActionLabels, ClaimResultLabels, GroupLabels, LabelledGroups, OutcomeLabels, RequestLabels,
-    RouteLabels, RouteOnlyLabels, StateLabels, seconds_between, wait_histogram,
+    ActionLabels, ClaimResultLabels, GroupLabels, HostLabels, LabelledGroups, OutcomeLabels,
+    RequestLabels, RouteLabels, RouteOnlyLabels, StateLabels, seconds_between, wait_histogram,
 };
 
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::{Claim, Claimed, Outcome, Route};
+use crate::store::postgres::WriterState;
 use crate::store::{Acted, ActionResult, ReceiptState, StatusView};
 
 /// The service's counters, histograms and gauges.
@@ -51,6 +52,8 @@ pub struct Metrics {
     group_leased: Family<GroupLabels, Gauge>,
     group_oldest_due: Family<GroupLabels, Gauge<f64, AtomicU64>>,
     group_paused: Family<GroupLabels, Gauge>,
+    postgres_writable: Family<HostLabels, Gauge>,
+    postgres_failovers: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -207,8 +210,24 @@ impl Default for Metrics {
             "1 while an operator has paused the group (the first 100 groups by name)",
             group_paused.clone(),
         );
+        // PostgreSQL only: no series on SQLite.
+        let postgres_writable = Family::<HostLabels, Gauge>::default();
+        registry.register(
+            "postgres_writable",
+            "1 while the PostgreSQL host in use (label host) takes this replica's writes, 0 while \
+             it looks for the primary",
+            postgres_writable.clone(),
+        );
+        let postgres_failovers = Counter::default();
+        registry.register(
+            "postgres_failovers",
+            "Times this replica moved its connections to a new PostgreSQL writer",
+            postgres_failovers.clone(),
+        );
         Self {
             registry,
+            postgres_writable,
+            postgres_failovers,
             group_leased,
             group_oldest_due,
             group_paused,
@@ -355,8 +374,20 @@ impl Metrics {
         self.history_events.inc();
     }
 
-    /// Refresh the gauges from a status snapshot and render everything.
-    pub fn render(&self, status: &StatusView) -> String {
+    /// Refresh the gauges from a status snapshot and the writer's state,
+    /// and render everything.
+    pub fn render(&self, status: &StatusView, writer: Option<&WriterState>) -> String {
+        if let Some(writer) = writer {
+            self.postgres_writable.clear();
+            self.postgres_writable
+                .get_or_create(&HostLabels {
+                    host: writer.primary.clone(),
+                })
+                .set(i64::from(writer.writable));
+            let counted = self.postgres_failovers.get();
+            self.postgres_failovers
+                .inc_by(writer.failovers.saturating_sub(counted));
+        }
         for state in ReceiptState::ALL {
             let n = i64::try_from(status.counts.get(state)).unwrap_or(i64::MAX);
             self.receipts
@@ -408,7 +439,7 @@ pub enum ClaimResult {
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let status = app.store.status_at_a_glance(app.now(), 1).await?;
-    let body = app.metrics.render(&status);
+    let body = app.metrics.render(&status, app.store.writer().as_ref());
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -17,6 +17,7 @@ use crate::domain::{
     MAX_ID_BYTES, MAX_SETTLEMENT_CLAIM_BATCH, MAX_SETTLEMENT_LEASE_MS,
     MAX_SETTLEMENT_WORKER_ID_BYTES, RetryPolicy,
 };
+use crate::store::postgres::WriterState;
 use crate::store::{BackendKind, StatusView};
 
 /// Routes of this module.
@@ -84,6 +85,36 @@ pub struct InfoOut {
     /// everything. A client (the dashboard) shows only what the role may do.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caller: Option<CallerOut>,
+    /// PostgreSQL only: the servers of `--database-url` and the one this
+    /// replica writes to (docs/high-availability.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<DatabaseOut>,
+}
+
+/// Which PostgreSQL server takes this replica's writes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DatabaseOut {
+    /// The host in use, `host:port` as `--database-url` names it.
+    pub primary: String,
+    /// False while the replica looks for a server that accepts writes
+    /// (`/readyz` answers 503 meanwhile).
+    pub writable: bool,
+    /// How many times this replica moved its connections to a new writer
+    /// since it started.
+    pub failovers: u64,
+    /// Every host of `--database-url`, in the order they are named.
+    pub hosts: Vec<String>,
+}
+
+impl From<WriterState> for DatabaseOut {
+    fn from(state: WriterState) -> Self {
+        Self {
+            primary: state.primary,
+            writable: state.writable,
+            failovers: state.failovers,
+            hosts: state.hosts,
+        }
+    }
 }
 
 /// The token behind a request: its role, and its name when it was given
@@ -104,6 +135,7 @@ async fn info(State(app): State<AppState>, caller: Option<Extension<Caller>>) ->
             role: c.role,
             name: c.name.map(|n| n.to_string()),
         }),
+        database: app.store.writer().map(DatabaseOut::from),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         backend: app.store.backend(),
         store_binding: app.store.settlement_store_binding().to_hex(),
@@ -145,14 +177,34 @@ async fn healthz() -> Json<HealthOut> {
     })
 }
 
-/// The database is reachable and migrated.
+/// The database is reachable, migrated, and takes writes.
 #[utoipa::path(get, path = "/readyz", operation_id = "health.ready", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = HealthOut),
         (status = 503, description = "Not ready", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn readyz(State(app): State<AppState>) -> Result<Json<HealthOut>, ApiError> {
-    app.store.ping().await?;
+    // A replica that cannot write must leave its load balancer's rotation,
+    // though its database still answers reads.
+    if let Some(WriterState {
+        writable: false,
+        reason,
+        ..
+    }) = app.store.writer()
+    {
+        let reason = reason.unwrap_or_else(|| "the database takes no writes".into());
+        return Err(ApiError::not_ready(format!("not ready: {reason}")));
+    }
+    if let Err(error) = app.store.ping().await {
+        return Err(match app.store.writer() {
+            Some(WriterState {
+                writable: false,
+                reason: Some(reason),
+                ..
+            }) => ApiError::not_ready(format!("not ready: {reason}")),
+            _ => error.into(),
+        });
+    }
     Ok(Json(HealthOut {
         status: HealthStatus::Ready,
     }))

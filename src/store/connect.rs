@@ -16,11 +16,15 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Open the store named by `url`: `sqlite:PATH` or `postgres://…`.
+/// Open the store named by `url`: `sqlite:PATH`, `postgres://…`, or
+/// libpq's keyword/value form (`host=h1,h2 dbname=…`).
 pub async fn open_store(url: &str, pg: &PostgresOptions) -> Result<SharedStore, OpenError> {
     if url.starts_with("sqlite:") {
         Ok(std::sync::Arc::new(SqliteStore::open(url).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    } else if url.starts_with("postgres://")
+        || url.starts_with("postgresql://")
+        || super::postgres::is_keyword_form(url)
+    {
         Ok(PostgresStore::open(url, pg).await?)
     } else {
         // Only the scheme is repeated: the rest of a URL may hold a password.

@@ -18,6 +18,13 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
                 StoreError::invalid_record(format!("stored value does not decode: {error}"))
             }
+            sqlx::Error::Database(db)
+                if db
+                    .code()
+                    .is_some_and(|code| super::postgres::is_unwritable(&code)) =>
+            {
+                StoreError::writer_lost(error.to_string())
+            }
             _ => StoreError::backend(error.to_string()),
         }
     }

@@ -126,8 +126,14 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// Signalled after a commit that may have made work due (enqueue, release, redrive).
     fn work_notifier(&self) -> Arc<Notify>;
 
-    /// Database reachable and migrated.
+    /// Database reachable, migrated, and taking writes.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Which database server this replica writes to, where there may be
+    /// several (PostgreSQL); `None` where there is one file (SQLite).
+    fn writer(&self) -> Option<postgres::WriterState> {
+        None
+    }
 
     /// The database server's clock in Unix ms, where the database has one that
     /// every replica shares (PostgreSQL); `None` where the server's own clock

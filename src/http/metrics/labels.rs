@@ -47,6 +47,12 @@ pub(super) struct GroupLabels {
     pub(super) group: String,
 }
 
+/// The PostgreSQL host a replica writes to, as `--database-url` names it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct HostLabels {
+    pub(super) host: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct StateLabels {
     pub(super) state: String,

@@ -1,14 +1,18 @@
 //! Wakeups from other replicas: a dedicated connection `LISTEN`s on
-//! [`CHANNEL`] and turns every notification into `notify_waiters()`.
+//! [`CHANNEL`] and turns every notification into `notify_waiters()`. When
+//! the writer changes it subscribes again there: notifications are sent by
+//! the server that commits, and a listener left on a demoted primary would
+//! hear nothing, without an error, for good.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
-use tokio::sync::Notify;
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 
 use super::CHANNEL;
+use super::primary::Primary;
 use crate::store::StoreResult;
 
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -17,17 +21,24 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(10);
 /// Subscribe now (so that `open` fails if it cannot) and keep listening in
 /// the background until the returned handle is aborted.
 pub(super) async fn start(
-    connect: PgConnectOptions,
+    primary: Arc<Primary>,
     acquire_timeout: Duration,
     notify: Arc<Notify>,
 ) -> StoreResult<AbortHandle> {
-    // A pool of its own: the listener holds its connection for good, and
-    // must not take one from the store's pool.
-    let pool = super::one_kept_connection()
-        .acquire_timeout(acquire_timeout)
-        .connect_lazy_with(connect);
+    let mut generation = primary.generation();
+    generation.mark_unchanged();
+    let pool = kept_pool(&primary, acquire_timeout);
     let listener = subscribe(&pool).await?;
-    Ok(tokio::spawn(run(pool, listener, notify)).abort_handle())
+    let task = run(primary, acquire_timeout, pool, listener, generation, notify);
+    Ok(tokio::spawn(task).abort_handle())
+}
+
+/// A pool of its own, on the writer in use: the listener holds its
+/// connection for good, and must not take one from the store's pool.
+fn kept_pool(primary: &Arc<Primary>, acquire_timeout: Duration) -> PgPool {
+    super::one_kept_connection(primary, None)
+        .acquire_timeout(acquire_timeout)
+        .connect_lazy_with(primary.options())
 }
 
 async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
@@ -36,22 +47,50 @@ async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
-async fn run(pool: PgPool, mut listener: PgListener, notify: Arc<Notify>) {
+async fn run(
+    primary: Arc<Primary>,
+    acquire_timeout: Duration,
+    mut pool: PgPool,
+    mut listener: PgListener,
+    mut generation: watch::Receiver<u64>,
+    notify: Arc<Notify>,
+) {
     let mut pause = FIRST_PAUSE;
     loop {
-        match listener.try_recv().await {
+        let received = tokio::select! {
+            received = listener.try_recv() => received,
+            changed = generation.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                tracing::info!("the writer changed; subscribing to work notifications there");
+                Err(sqlx::Error::PoolClosed)
+            }
+        };
+        match received {
             Ok(Some(_)) => notify.notify_waiters(),
             // The connection dropped and was re-established: whatever was
             // sent meanwhile is lost, so wake every waiter to look again.
             Ok(None) => notify.notify_waiters(),
             Err(error) => {
-                tracing::warn!(%error, "work notifications interrupted; resubscribing");
-                // Start over on a fresh connection: some errors leave the
-                // listener holding a dead one, and it is the pool's only one.
+                let moved = matches!(error, sqlx::Error::PoolClosed);
+                if !moved {
+                    tracing::warn!(%error, "work notifications interrupted; resubscribing");
+                }
+                // Start over on a fresh pool, on the writer in use now: some
+                // errors leave the listener holding a dead connection, and a
+                // fenced one must not be reused. The old one closes aside (a
+                // silent server holds it until the TCP timeout).
                 drop(listener);
-                loop {
+                let old = std::mem::replace(&mut pool, kept_pool(&primary, acquire_timeout));
+                tokio::spawn(async move { old.close().await });
+                if !moved {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+                loop {
+                    pool = kept_pool(&primary, acquire_timeout);
+                    generation.mark_unchanged();
                     match subscribe(&pool).await {
                         Ok(fresh) => {
                             listener = fresh;
@@ -60,9 +99,11 @@ async fn run(pool: PgPool, mut listener: PgListener, notify: Arc<Notify>) {
                             break;
                         }
                         Err(error) => {
-                            tracing::warn!(%error, "cannot resubscribe to work notifications")
+                            tracing::warn!(%error, "cannot resubscribe to work notifications");
                         }
                     }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_PAUSE);
                 }
             }
         }

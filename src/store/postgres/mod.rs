@@ -18,12 +18,15 @@ mod batcher;
 mod careful;
 mod claim;
 mod commit_gate;
+mod conninfo;
 mod feed;
 mod group_limits;
 mod guarded;
+mod keepalive;
 mod listen;
 mod lookup;
 mod outcome;
+mod primary;
 mod read;
 mod schema;
 mod search;
@@ -32,7 +35,9 @@ mod tx;
 mod vacuum;
 mod write;
 
-pub use schema::{DEFAULT_SCHEMA, check_schema_name, connect_options, prepare};
+pub use conninfo::is_keyword_form;
+pub use primary::{WriterState, is_unwritable};
+pub use schema::{DEFAULT_SCHEMA, check_schema_name, conn_info, connect_options, prepare};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -73,6 +78,9 @@ pub struct PostgresOptions {
     /// Vacuum the receipts table once this many of its row versions (and a
     /// tenth of its live rows) are dead; 0 leaves it to autovacuum.
     pub vacuum_dead_rows: u64,
+    /// Give up on a server that stops answering without a reset after about
+    /// this long (TCP keepalives, `TCP_USER_TIMEOUT`); 0 leaves the system's.
+    pub tcp_timeout_ms: u64,
 }
 
 /// The statement of a round of guarded writes (outcomes, releases), for
@@ -92,6 +100,7 @@ impl Default for PostgresOptions {
             statement_timeout_ms: 5_000,
             schema: DEFAULT_SCHEMA.to_owned(),
             vacuum_dead_rows: 20_000,
+            tcp_timeout_ms: 10_000,
         }
     }
 }
@@ -114,6 +123,9 @@ pub struct PostgresStore {
     listener: AbortHandle,
     /// The task keeping the receipts table vacuumed, when on.
     vacuum: Option<AbortHandle>,
+    /// Which server is the writer, and the task following it.
+    primary: Arc<primary::Primary>,
+    follower: AbortHandle,
     /// Where this replica's next claim's turn over the groups starts after.
     turn: Turn,
     /// Longest a store call may take before it is answered as a backend
@@ -151,19 +163,62 @@ impl PostgresStore {
 
     /// [`PostgresStore::open`], returning the concrete store.
     pub async fn connect(url: &str, options: &PostgresOptions) -> StoreResult<Self> {
-        let connect = connect_options(url, &options.schema)?;
+        let info = conn_info(url, &options.schema)?;
         let acquire_timeout = Duration::from_millis(options.connect_timeout_ms);
         let statement_timeout = options.statement_timeout_ms;
+        let tcp = info.tcp_timeouts(conninfo::TcpTimeouts::within(Duration::from_millis(
+            options.tcp_timeout_ms,
+        )));
+        let single = info.hosts.len() == 1;
+        let primary = primary::Primary::new(
+            info.hosts,
+            info.connect_timeout.unwrap_or(acquire_timeout),
+            tcp,
+        );
+        // With one host, its own connection error (in words) is the message;
+        // with several, the search says what each one answered.
+        if !single {
+            primary.find_at_start().await.map_err(|said| {
+                StoreError::backend(format!(
+                    "no PostgreSQL server in --database-url accepts writes: {said}"
+                ))
+            })?;
+        }
+        let connect = primary.options();
         prepare(&connect, &options.schema, acquire_timeout).await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(acquire_timeout)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move { schema::session(conn, statement_timeout).await })
+            .after_connect({
+                let primary = primary.clone();
+                move |conn, _meta| {
+                    let primary = primary.clone();
+                    Box::pin(async move {
+                        schema::session(conn, statement_timeout).await?;
+                        primary.accept(conn).await
+                    })
+                }
+            })
+            // A connection opened before the writer changed is never lent
+            // out again, nor kept when it comes back (src/store/postgres/primary.rs).
+            .before_acquire({
+                let primary = primary.clone();
+                move |_conn, meta| {
+                    let keep = !primary.fenced(meta.age);
+                    Box::pin(async move { Ok(keep) })
+                }
+            })
+            .after_release({
+                let primary = primary.clone();
+                move |_conn, meta| {
+                    let keep = !primary.fenced(meta.age);
+                    Box::pin(async move { Ok(keep) })
+                }
             })
             .connect_with(connect.clone())
             .await
             .map_err(|e| explain::pg_connect(&connect, &e))?;
+        let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         // The first replica to get here picks the binding; every other one reads it back.
         sqlx::query(
             "INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
@@ -178,7 +233,7 @@ impl PostgresStore {
             .try_into()
             .map_err(|_| StoreError::invalid_record("store binding"))?;
         let notify = Arc::new(Notify::new());
-        let listener = listen::start(connect.clone(), acquire_timeout, notify.clone()).await?;
+        let listener = listen::start(primary.clone(), acquire_timeout, notify.clone()).await?;
         let bound = (statement_timeout > 0)
             .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2);
         let writes = batcher::Batcher::start(
@@ -193,13 +248,15 @@ impl PostgresStore {
             bound,
             notify.clone(),
         );
-        let vacuum = vacuum::start(connect, options.vacuum_dead_rows);
+        let vacuum = vacuum::start(primary.clone(), options.vacuum_dead_rows);
         Ok(Self {
             pool,
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
             vacuum,
+            primary,
+            follower,
             turn: Turn::default(),
             bound,
             writes,
@@ -216,7 +273,20 @@ impl PostgresStore {
     /// Run one store call within [`Self::bound`].
     /// Given up only before its commit is sent (src/store/postgres/commit_gate.rs).
     async fn bounded<T>(&self, call: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-        commit_gate::within(self.bound, call).await
+        self.watched(commit_gate::within(self.bound, call).await)
+    }
+
+    /// Pass `result` on; a database failure makes the replica look for the
+    /// writer again (src/store/postgres/primary.rs).
+    fn watched<T>(&self, result: StoreResult<T>) -> StoreResult<T> {
+        if let Err(StoreError::Backend { writer_lost, .. }) = &result {
+            self.primary.suspect(if *writer_lost {
+                primary::Suspicion::Unwritable
+            } else {
+                primary::Suspicion::Unreachable
+            });
+        }
+        result
     }
 
     async fn begin(&self) -> StoreResult<Tx> {
@@ -239,19 +309,34 @@ impl PostgresStore {
     }
 }
 
-/// A pool of one connection, kept for the life of the process: for a task
+/// A pool of one connection, kept until the writer changes: for a task
 /// that holds its connection for good (the `LISTEN`, the vacuum) and must
-/// not take one from the store's pool.
-fn one_kept_connection() -> PgPoolOptions {
+/// not take one from the store's pool. Its socket gets the same timeouts as
+/// the pool's; `setup` runs on it after connecting.
+fn one_kept_connection(
+    primary: &Arc<primary::Primary>,
+    setup: Option<&'static str>,
+) -> PgPoolOptions {
+    let primary = primary.clone();
     PgPoolOptions::new()
         .max_connections(1)
         .idle_timeout(None)
         .max_lifetime(None)
+        .after_connect(move |conn, _meta| {
+            primary.protect_sockets();
+            Box::pin(async move {
+                if let Some(sql) = setup {
+                    sqlx::Executor::execute(&mut *conn, sql).await?;
+                }
+                Ok(())
+            })
+        })
 }
 
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         self.listener.abort();
+        self.follower.abort();
         if let Some(vacuum) = &self.vacuum {
             vacuum.abort();
         }
@@ -290,10 +375,24 @@ impl SettlementOutcomeStore for PostgresStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let count = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM store_identity");
-        self.bounded(async { Ok(count.fetch_one(&self.pool).await?) })
+        // Migrated, and a writer: a demoted primary still answers reads.
+        let check = sqlx::query_as::<_, (i64, bool)>(
+            "SELECT (SELECT COUNT(*) FROM store_identity), \
+                    pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+        );
+        let (_, read_only) = self
+            .bounded(async { Ok(check.fetch_one(&self.pool).await?) })
             .await?;
+        if read_only {
+            return self.watched(Err(StoreError::writer_lost(
+                "the database server accepts no writes",
+            )));
+        }
         Ok(())
+    }
+
+    fn writer(&self) -> Option<WriterState> {
+        Some(self.primary.state())
     }
 
     async fn database_clock_ms(&self) -> StoreResult<Option<u64>> {
@@ -330,8 +429,10 @@ impl SettlementOutcomeStore for PostgresStore {
         only: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
         // Bounded by the claim queue itself, which gives up only before commit.
-        self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only)
-            .await
+        self.watched(
+            self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only)
+                .await,
+        )
     }
 
     async fn groups(&self, now_ms: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
@@ -370,7 +471,7 @@ impl SettlementOutcomeStore for PostgresStore {
             policy,
             observed_at_ms,
         };
-        match self.writes.run(job).await? {
+        match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Outcomes(routes) => Ok(routes),
             _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
@@ -387,8 +488,8 @@ impl SettlementOutcomeStore for PostgresStore {
             extend_ms,
             now_ms,
         };
-        match self.writes.run(job).await? {
-            outcome::Answer::Extend(extended) => extended,
+        match self.watched(self.writes.run(job).await)? {
+            outcome::Answer::Extend(extended) => self.watched(extended),
             _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
     }
@@ -398,8 +499,8 @@ impl SettlementOutcomeStore for PostgresStore {
             claim: claim.clone(),
             now_ms,
         };
-        match self.writes.run(job).await? {
-            outcome::Answer::Release(released) => released,
+        match self.watched(self.writes.run(job).await)? {
+            outcome::Answer::Release(released) => self.watched(released),
             _ => Err(StoreError::backend("an answer of the wrong kind")),
         }
     }

@@ -4,12 +4,12 @@
 //! Every connection names it as its only `search_path` from the start (a
 //! startup option, not a `SET`), so no statement needs to qualify a name.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, Executor, PgConnection};
 
+use super::conninfo::{self, ConnInfo};
 use crate::domain::StoreError;
 use crate::store::StoreResult;
 use crate::store::explain;
@@ -39,22 +39,39 @@ pub fn check_schema_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Connection options for `url` whose every session works in `schema`.
+/// Connection options for `url` (its first host) whose every session works
+/// in `schema`.
 ///
 /// # Errors
 /// A backend error when `url` does not parse or `schema` is not a valid name.
 pub fn connect_options(url: &str, schema: &str) -> StoreResult<PgConnectOptions> {
+    let mut info = conn_info(url, schema)?;
+    Ok(info.hosts.swap_remove(0).options)
+}
+
+/// Every host of `url` (libpq's forms, src/store/postgres/conninfo.rs),
+/// each with options whose every session works in `schema`.
+///
+/// # Errors
+/// A backend error naming what is wrong (never the password), or an
+/// invalid schema name.
+pub fn conn_info(url: &str, schema: &str) -> StoreResult<ConnInfo> {
     check_schema_name(schema).map_err(StoreError::backend)?;
-    let options = PgConnectOptions::from_str(url).map_err(|e| {
+    let mut info = conninfo::parse(url).map_err(|e| {
         StoreError::backend(format!(
-            "invalid PostgreSQL URL in --database-url: {}. Hint: use \
-             postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
-            explain::cause(&e)
+            "invalid PostgreSQL connection string in --database-url: {e}. Hint: use \
+             postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE, with several hosts as \
+             HOST1:PORT1,HOST2:PORT2"
         ))
     })?;
-    Ok(options
-        .application_name("settled")
-        .options([("search_path", schema)]))
+    for host in &mut info.hosts {
+        host.options = host
+            .options
+            .clone()
+            .application_name("settled")
+            .options([("search_path", schema)]);
+    }
+    Ok(info)
 }
 
 /// Settings of every session settled opens.

@@ -7,13 +7,17 @@
 //! looks once a second and vacuums the table when its dead row versions
 //! reach both `--pg-vacuum-dead-rows` and a tenth of its live rows
 //! (docs/deployment.md, "Vacuum"). `SKIP_LOCKED`: while one replica
-//! vacuums, the others skip instead of queueing behind it.
+//! vacuums, the others skip instead of queueing behind it. Its connection
+//! moves when the writer changes (a standby cannot vacuum).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::Executor;
-use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::postgres::PgPool;
 use tokio::task::AbortHandle;
+
+use super::primary::Primary;
 
 /// How often the dead row versions are counted (a read of the statistics,
 /// not of the table).
@@ -23,28 +27,32 @@ const AFTER_FAILURE: Duration = Duration::from_secs(60);
 
 /// Start vacuuming `receipts` when at least `dead_rows` of its row versions
 /// are dead; `None` when `dead_rows` is 0 (left to autovacuum).
-pub(super) fn start(connect: PgConnectOptions, dead_rows: u64) -> Option<AbortHandle> {
+pub(super) fn start(primary: Arc<Primary>, dead_rows: u64) -> Option<AbortHandle> {
     let dead_rows = i64::try_from(dead_rows).unwrap_or(i64::MAX);
     if dead_rows == 0 {
         return None;
     }
-    // A connection of its own, opened at the first look and kept: a vacuum
-    // must not hold one of the store's, and it runs without the requests'
-    // `statement_timeout` (a large table takes longer).
-    let pool = super::one_kept_connection()
-        .after_connect(|conn, _meta| {
-            Box::pin(async move {
-                conn.execute("SET statement_timeout = 0").await?;
-                Ok(())
-            })
-        })
-        .connect_lazy_with(connect);
-    Some(tokio::spawn(run(pool, dead_rows)).abort_handle())
+    Some(tokio::spawn(run(primary, dead_rows)).abort_handle())
 }
 
-async fn run(pool: PgPool, dead_rows: i64) {
+/// A connection of its own, opened at the first look and kept: a vacuum
+/// must not hold one of the store's, and it runs without the requests'
+/// `statement_timeout` (a large table takes longer).
+fn kept_pool(primary: &Arc<Primary>) -> PgPool {
+    super::one_kept_connection(primary, Some("SET statement_timeout = 0"))
+        .connect_lazy_with(primary.options())
+}
+
+async fn run(primary: Arc<Primary>, dead_rows: i64) {
+    let mut generation = primary.generation();
+    let mut pool = kept_pool(&primary);
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
+        if generation.has_changed().unwrap_or(false) {
+            generation.mark_unchanged();
+            let old = std::mem::replace(&mut pool, kept_pool(&primary));
+            tokio::spawn(async move { old.close().await });
+        }
         if let Err(error) = look(&pool, dead_rows).await {
             tracing::warn!(%error, "cannot vacuum the receipts table; trying again in a minute");
             tokio::time::sleep(AFTER_FAILURE).await;

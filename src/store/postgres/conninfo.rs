@@ -1,0 +1,446 @@
+//! libpq's connection strings, parsed as libpq parses them: the URL form with
+//! a host list (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
+//! `host=`/`port=` lists in its query, and the keyword/value form
+//! (`host=h1,h2 port=5432 dbname=db`). sqlx takes one host and logs, then
+//! ignores, a parameter it does not know; settled needs a host list to follow
+//! the primary, and refuses a parameter it would not honour rather than run
+//! without it (docs/high-availability.md).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use sqlx::postgres::PgConnectOptions;
+
+/// One host of the list: as written, and its own connect options.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// `host:port` as the connection string names it (no user or password).
+    pub label: String,
+    pub options: PgConnectOptions,
+}
+
+/// Socket settings that notice a server that stopped answering without a
+/// reset; `None` leaves the system's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpTimeouts {
+    /// Idle time before the first keepalive probe, the time between probes,
+    /// and how many unanswered probes end the connection.
+    pub keepalive: Option<(Duration, Duration, u32)>,
+    /// How long sent data may stay unacknowledged (`TCP_USER_TIMEOUT`).
+    pub user_timeout: Option<Duration>,
+}
+
+impl TcpTimeouts {
+    /// Give up on a silent server after about `total`: the keepalive probes
+    /// start at half of it, a second or more apart (the kernel counts whole
+    /// seconds), until the rest is used. Zero turns both off.
+    #[must_use]
+    pub fn within(total: Duration) -> Self {
+        if total.is_zero() {
+            return Self::default();
+        }
+        let total_s = total.as_secs().max(1);
+        let idle = (total_s / 2).max(1);
+        let interval = (total_s / 10).max(1);
+        let count = u32::try_from(((total_s - idle) / interval).max(1)).unwrap_or(u32::MAX);
+        Self {
+            keepalive: Some((
+                Duration::from_secs(idle),
+                Duration::from_secs(interval),
+                count,
+            )),
+            user_timeout: Some(total),
+        }
+    }
+}
+
+/// A parsed connection string.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// Tried in this order for a server that accepts writes.
+    pub hosts: Vec<Host>,
+    /// libpq's `connect_timeout`: the longest wait for one host.
+    pub connect_timeout: Option<Duration>,
+    /// The `keepalives*` and `tcp_user_timeout` parameters, each `None`
+    /// when not given (the server's flag decides).
+    pub keepalives: Option<bool>,
+    pub keepalives_idle: Option<Duration>,
+    pub keepalives_interval: Option<Duration>,
+    pub keepalives_count: Option<u32>,
+    pub tcp_user_timeout: Option<Duration>,
+}
+
+impl ConnInfo {
+    /// The socket settings: `defaults` (from `--pg-tcp-timeout-ms`), with
+    /// each parameter the connection string gives in its place.
+    #[must_use]
+    pub fn tcp_timeouts(&self, defaults: TcpTimeouts) -> TcpTimeouts {
+        let keepalive = match (self.keepalives, defaults.keepalive) {
+            (Some(false), _) => None,
+            (_, Some((idle, interval, count))) => Some((
+                self.keepalives_idle.unwrap_or(idle),
+                self.keepalives_interval.unwrap_or(interval),
+                self.keepalives_count.unwrap_or(count),
+            )),
+            (Some(true), None) => Some((
+                self.keepalives_idle.unwrap_or(Duration::from_secs(5)),
+                self.keepalives_interval.unwrap_or(Duration::from_secs(1)),
+                self.keepalives_count.unwrap_or(5),
+            )),
+            (None, None) => None,
+        };
+        let user_timeout = match self.tcp_user_timeout {
+            Some(t) if t.is_zero() => None,
+            Some(t) => Some(t),
+            None => defaults.user_timeout,
+        };
+        TcpTimeouts {
+            keepalive,
+            user_timeout,
+        }
+    }
+}
+
+/// Parameters sqlx applies itself, passed on to it unchanged.
+const PASSED: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "application_name",
+    "options",
+];
+
+/// Parse `text` (a `postgres://` or `postgresql://` URL, or libpq's
+/// keyword/value form).
+///
+/// # Errors
+/// A message naming what is wrong; never the password.
+pub fn parse(text: &str) -> Result<ConnInfo, String> {
+    let parts = if let Some(rest) = text
+        .strip_prefix("postgres://")
+        .or_else(|| text.strip_prefix("postgresql://"))
+    {
+        url_parts(rest)?
+    } else {
+        keyword_parts(text)?
+    };
+    parts.build()
+}
+
+/// Whether `text` looks like libpq's keyword/value form.
+#[must_use]
+pub fn is_keyword_form(text: &str) -> bool {
+    !text.contains("://")
+        && text
+            .split_whitespace()
+            .next()
+            .and_then(|word| word.split_once('='))
+            .is_some_and(|(key, _)| {
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+}
+
+/// What a connection string says, before it is checked.
+#[derive(Debug, Default)]
+struct Parts {
+    /// `(host, port)` as written; the port may be empty.
+    hosts: Vec<(String, String)>,
+    user: Option<String>,
+    password: Option<String>,
+    dbname: Option<String>,
+    /// Every other parameter, in order.
+    params: Vec<(String, String)>,
+}
+
+fn decode(text: &str) -> Result<String, String> {
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| "the connection string is not valid UTF-8 once decoded".to_owned())
+}
+
+fn url_parts(rest: &str) -> Result<Parts, String> {
+    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
+    let mut parts = Parts::default();
+    let hostlist = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (userinfo, None),
+            };
+            if !user.is_empty() {
+                parts.user = Some(decode(user)?);
+            }
+            parts.password = password.map(decode).transpose()?;
+            hosts
+        }
+        None => authority,
+    };
+    if !hostlist.is_empty() {
+        for spec in hostlist.split(',') {
+            parts.hosts.push(split_host_port(spec)?);
+        }
+    }
+    if !path.is_empty() {
+        parts.dbname = Some(decode(path)?);
+    }
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        // A query is form-encoded: `+` is a space.
+        let key = decode(&key.replace('+', " "))?;
+        let value = decode(&value.replace('+', " "))?;
+        parts.params.push((key, value));
+    }
+    Ok(parts)
+}
+
+/// `host[:port]`, `[v6]` or `[v6]:port`.
+fn split_host_port(spec: &str) -> Result<(String, String), String> {
+    if let Some(v6) = spec.strip_prefix('[') {
+        let (host, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("unclosed `[` in the host `{spec}`"))?;
+        let port = after.strip_prefix(':').unwrap_or(after);
+        return Ok((format!("[{host}]"), port.to_owned()));
+    }
+    let (host, port) = spec.split_once(':').unwrap_or((spec, ""));
+    Ok((decode(host)?, port.to_owned()))
+}
+
+/// libpq's `keyword=value` pairs, separated by spaces; a value may be
+/// single-quoted, with `\'` and `\\` inside.
+fn keyword_parts(text: &str) -> Result<Parts, String> {
+    let mut params = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            return Err(format!(
+                "`{key}` has no value in the connection string (expected keyword=value)"
+            ));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some('\\') => value.extend(chars.next()),
+                    Some('\'') => break,
+                    Some(c) => value.push(c),
+                    None => return Err(format!("unterminated quote in the value of `{key}`")),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        params.push((key, value));
+    }
+    Ok(Parts {
+        params,
+        ..Parts::default()
+    })
+}
+
+fn seconds(key: &str, value: &str) -> Result<Duration, String> {
+    value
+        .trim()
+        .parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("`{key}` must be a whole number of seconds, not `{value}`"))
+}
+
+impl Parts {
+    fn build(self) -> Result<ConnInfo, String> {
+        let mut info = ConnInfo {
+            hosts: Vec::new(),
+            connect_timeout: None,
+            keepalives: None,
+            keepalives_idle: None,
+            keepalives_interval: None,
+            keepalives_count: None,
+            tcp_user_timeout: None,
+        };
+        let mut hosts = self.hosts;
+        let mut ports: Option<Vec<String>> = None;
+        let mut user = self.user;
+        let mut password = self.password;
+        let mut dbname = self.dbname;
+        let mut passed = Vec::new();
+        for (key, value) in self.params {
+            match key.as_str() {
+                "host" => {
+                    hosts = value
+                        .split(',')
+                        .map(|h| (h.trim().to_owned(), String::new()))
+                        .collect();
+                }
+                "port" => ports = Some(value.split(',').map(|p| p.trim().to_owned()).collect()),
+                "user" => user = Some(value),
+                "password" => password = Some(value),
+                "dbname" => dbname = Some(value),
+                "target_session_attrs" => match value.as_str() {
+                    // settled writes: every form that may pick a primary picks one.
+                    "read-write" | "primary" | "any" => {}
+                    other => {
+                        return Err(format!(
+                            "`target_session_attrs={other}` cannot be honoured: settled writes, \
+                             so it connects only to a server that accepts writes; use \
+                             read-write (or primary, or leave it out)"
+                        ));
+                    }
+                },
+                "connect_timeout" => info.connect_timeout = Some(seconds(&key, &value)?),
+                "keepalives" => info.keepalives = Some(value.trim() != "0"),
+                "keepalives_idle" => info.keepalives_idle = Some(seconds(&key, &value)?),
+                "keepalives_interval" => info.keepalives_interval = Some(seconds(&key, &value)?),
+                "keepalives_count" => {
+                    info.keepalives_count = Some(value.trim().parse().map_err(|_| {
+                        format!("`keepalives_count` must be a whole number, not `{value}`")
+                    })?);
+                }
+                "tcp_user_timeout" => {
+                    info.tcp_user_timeout =
+                        Some(Duration::from_millis(value.trim().parse().map_err(
+                            |_| format!("`tcp_user_timeout` must be milliseconds, not `{value}`"),
+                        )?));
+                }
+                k if PASSED.contains(&k) || (k.starts_with("options[") && k.ends_with(']')) => {
+                    passed.push((key, value));
+                }
+                other => {
+                    return Err(format!(
+                        "the connection parameter `{other}` is not supported by settled; remove \
+                         it from --database-url (supported: host, port, user, password, dbname, \
+                         sslmode, sslrootcert, sslcert, sslkey, application_name, options, \
+                         target_session_attrs, connect_timeout, keepalives, keepalives_idle, \
+                         keepalives_interval, keepalives_count, tcp_user_timeout)"
+                    ));
+                }
+            }
+        }
+        if hosts.is_empty() {
+            hosts.push((String::new(), String::new()));
+        }
+        if let Some(ports) = ports {
+            match ports.len() {
+                1 => hosts.iter_mut().for_each(|h| h.1.clone_from(&ports[0])),
+                n if n == hosts.len() => {
+                    for (h, p) in hosts.iter_mut().zip(ports) {
+                        h.1 = p;
+                    }
+                }
+                n => {
+                    return Err(format!(
+                        "{n} ports for {} hosts: give one port for all, or one per host",
+                        hosts.len()
+                    ));
+                }
+            }
+        }
+        for (host, port) in hosts {
+            if !port.is_empty() && port.parse::<u16>().is_err() {
+                return Err(format!("invalid port `{port}` for the host `{host}`"));
+            }
+            let url = single_host_url(
+                &host,
+                &port,
+                user.as_deref(),
+                password.as_deref(),
+                dbname.as_deref(),
+                &passed,
+            );
+            let options = PgConnectOptions::from_str(&url).map_err(|e| match e {
+                sqlx::Error::Configuration(inner) => inner.to_string(),
+                other => other.to_string(),
+            })?;
+            let shown_host = if host.is_empty() {
+                options.get_host().to_owned()
+            } else {
+                host
+            };
+            info.hosts.push(Host {
+                label: format!("{shown_host}:{}", options.get_port()),
+                options,
+            });
+        }
+        Ok(info)
+    }
+}
+
+fn enc(text: &str) -> String {
+    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
+}
+
+/// The one-host URL sqlx parses, for one host of the list.
+fn single_host_url(
+    host: &str,
+    port: &str,
+    user: Option<&str>,
+    password: Option<&str>,
+    dbname: Option<&str>,
+    passed: &[(String, String)],
+) -> String {
+    let mut url = String::from("postgres://");
+    if let Some(user) = user {
+        url.push_str(&enc(user));
+        if let Some(password) = password {
+            url.push(':');
+            url.push_str(&enc(password));
+        }
+        url.push('@');
+    }
+    let mut query: Vec<String> = passed
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect();
+    if host.starts_with('/') {
+        // A Unix socket's directory goes in the query, as sqlx reads it.
+        query.push(format!("host={}", enc(host)));
+    } else {
+        url.push_str(host);
+    }
+    if !port.is_empty() {
+        if host.starts_with('/') {
+            query.push(format!("port={port}"));
+        } else {
+            url.push(':');
+            url.push_str(port);
+        }
+    }
+    url.push('/');
+    if let Some(db) = dbname {
+        url.push_str(&enc(db));
+    }
+    if !query.is_empty() {
+        url.push('?');
+        url.push_str(&query.join("&"));
+    }
+    url
+}
+
+#[cfg(test)]
+#[path = "conninfo_tests.rs"]
+mod tests;
