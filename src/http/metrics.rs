@@ -374,9 +374,9 @@ impl Metrics {
         self.history_events.inc();
     }
 
-    /// Refresh the gauges from a status snapshot and the writer's state,
-    /// and render everything.
-    pub fn render(&self, status: &StatusView, writer: Option<&WriterState>) -> String {
+    /// Refresh the gauges from a status snapshot (when one could be read)
+    /// and the writer's state, and render everything.
+    pub fn render(&self, status: Option<&StatusView>, writer: Option<&WriterState>) -> String {
         if let Some(writer) = writer {
             self.postgres_writable.clear();
             self.postgres_writable
@@ -388,6 +388,16 @@ impl Metrics {
             self.postgres_failovers
                 .inc_by(writer.failovers.saturating_sub(counted));
         }
+        if let Some(status) = status {
+            self.refresh(status);
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    fn refresh(&self, status: &StatusView) {
         for state in ReceiptState::ALL {
             let n = i64::try_from(status.counts.get(state)).unwrap_or(i64::MAX);
             self.receipts
@@ -420,10 +430,6 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::from(g.paused));
         }
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
     }
 }
 
@@ -438,8 +444,20 @@ pub enum ClaimResult {
 
 /// Prometheus text exposition (OpenMetrics).
 pub async fn metrics(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let status = app.store.status_at_a_glance(app.now(), 1).await?;
-    let body = app.metrics.render(&status, app.store.writer().as_ref());
+    let status = app.store.status_at_a_glance(app.now(), 1).await;
+    let writer = app.store.writer();
+    // Where there may be a failover (PostgreSQL), the scrape must still come
+    // through while the database is away, or `settled_postgres_writable 0`
+    // could never be read: the receipt gauges keep their last values then.
+    let status = match (status, &writer) {
+        (Ok(status), _) => Some(status),
+        (Err(error), Some(_)) => {
+            tracing::warn!(%error, "cannot read the receipt counts for /metrics; showing the last ones");
+            None
+        }
+        (Err(error), None) => return Err(error.into()),
+    };
+    let body = app.metrics.render(status.as_ref(), writer.as_ref());
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -16,6 +16,7 @@ mod db_faults;
 mod fault_checker;
 mod lease_races;
 mod pg_bulk;
+mod pg_failover;
 mod pg_outage;
 mod pg_replicas;
 mod restart_safety;

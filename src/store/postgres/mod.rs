@@ -186,6 +186,10 @@ impl PostgresStore {
         }
         let connect = primary.options();
         prepare(&connect, &options.schema, acquire_timeout).await?;
+        if single {
+            // Only to know its timeline; a read-only server is refused below.
+            let _ = primary.find_at_start().await;
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(acquire_timeout)
@@ -201,11 +205,12 @@ impl PostgresStore {
             })
             // A connection opened before the writer changed is never lent
             // out again, nor kept when it comes back (src/store/postgres/primary.rs).
+            .test_before_acquire(false)
             .before_acquire({
                 let primary = primary.clone();
-                move |_conn, meta| {
-                    let keep = !primary.fenced(meta.age);
-                    Box::pin(async move { Ok(keep) })
+                move |conn, meta| {
+                    let primary = primary.clone();
+                    Box::pin(async move { primary.lend(conn, meta.age).await })
                 }
             })
             .after_release({

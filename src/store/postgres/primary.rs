@@ -36,9 +36,18 @@ use crate::store::explain;
 const READ_ONLY: &str =
     "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'";
 
+/// The same, and a writer's timeline (the first 8 hex digits of its WAL
+/// file name): a promotion starts a new one, so a changed timeline is a
+/// failover even behind one unchanged host name.
+const PROBE: &str = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on', \
+     CASE WHEN pg_is_in_recovery() THEN '' \
+          ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END";
+
 /// Waits between search rounds that found no writable server.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
-const LONGEST_PAUSE: Duration = Duration::from_secs(1);
+/// How often the writer in use is asked whether it still takes writes.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 
 /// Why a search was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +94,8 @@ pub struct Primary {
     wake: Notify,
     /// Addresses the hosts resolve to, for the socket options.
     peers: Mutex<HashSet<SocketAddr>>,
+    /// The writer's timeline when last found.
+    timeline: Mutex<Option<String>>,
 }
 
 impl Primary {
@@ -104,6 +115,7 @@ impl Primary {
             generation: watch::channel(0).0,
             wake: Notify::new(),
             peers: Mutex::new(HashSet::new()),
+            timeline: Mutex::new(None),
         })
     }
 
@@ -131,6 +143,11 @@ impl Primary {
 
     /// Something went wrong on a connection: look for the writer again.
     pub fn suspect(&self, why: Suspicion) {
+        // With one host there is nowhere else to look: the pool reconnects
+        // through the same name on its own.
+        if why == Suspicion::Unreachable && self.hosts.len() == 1 {
+            return;
+        }
         if why == Suspicion::Unwritable {
             self.must_fence.store(true, Ordering::Release);
             self.set_unwritable(
@@ -195,21 +212,21 @@ impl Primary {
             .extend(found);
     }
 
-    /// Connect to host `i` and ask whether it accepts writes: `Ok(None)`
-    /// when it does, `Ok(Some(why))` when it answers but does not.
-    async fn probe(&self, i: usize) -> Result<Option<String>, String> {
+    /// Connect to host `i` and ask whether it accepts writes: `Ok(Ok(timeline))`
+    /// when it does, `Ok(Err(why))` when it answers but does not.
+    async fn probe(&self, i: usize) -> Result<Result<String, String>, String> {
         let options = &self.hosts[i].options;
         let attempt = async {
             let mut conn = PgConnection::connect_with(options).await?;
             self.protect_sockets();
-            let read_only: bool = sqlx::query_scalar(READ_ONLY).fetch_one(&mut conn).await?;
+            let answer: (bool, String) = sqlx::query_as(PROBE).fetch_one(&mut conn).await?;
             let _ = conn.close().await;
-            Ok::<_, sqlx::Error>(read_only)
+            Ok::<_, sqlx::Error>(answer)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
-            Ok(Ok(false)) => Ok(None),
-            Ok(Ok(true)) => Ok(Some(
-                "a standby or a read-only server: it accepts no writes".into(),
+            Ok(Ok((false, timeline))) => Ok(Ok(timeline)),
+            Ok(Ok((true, _))) => Ok(Err(
+                "a standby or a read-only server: it accepts no writes".into()
             )),
             Ok(Err(e)) => Err(explain::cause(&e)),
             Err(_) => Err(format!(
@@ -221,7 +238,7 @@ impl Primary {
 
     /// Probe every host at once; the first that accepts writes wins. The
     /// error lists what each host said, for the start-up message and the log.
-    async fn search_once(&self) -> Result<usize, String> {
+    async fn search_once(&self) -> Result<(usize, String), String> {
         self.resolve().await;
         let mut probes: FuturesUnordered<_> = (0..self.hosts.len())
             .map(|i| async move { (i, self.probe(i).await) })
@@ -229,8 +246,8 @@ impl Primary {
         let mut said = vec![String::new(); self.hosts.len()];
         while let Some((i, answer)) = probes.next().await {
             match answer {
-                Ok(None) => return Ok(i),
-                Ok(Some(why)) | Err(why) => said[i] = format!("{}: {why}", self.hosts[i].label),
+                Ok(Ok(timeline)) => return Ok((i, timeline)),
+                Ok(Err(why)) | Err(why) => said[i] = format!("{}: {why}", self.hosts[i].label),
             }
         }
         Err(said.join("; "))
@@ -238,22 +255,42 @@ impl Primary {
 
     /// At start-up: the first writable host, or why there is none.
     pub async fn find_at_start(&self) -> Result<usize, String> {
-        let found = self.search_once().await?;
+        let (found, timeline) = self.search_once().await?;
         self.current.store(found, Ordering::Release);
+        *self.timeline.lock().unwrap_or_else(PoisonError::into_inner) = Some(timeline);
         Ok(found)
     }
 
     /// Keep following the writer, pointing `pool` at it, until aborted
     /// (the store's drop). The task holds the pool, never the other way
-    /// round, so that dropping the store frees both.
+    /// round, so that dropping the store frees both. Between searches it
+    /// asks the writer once a second, on a connection of its own, whether it
+    /// still takes writes: a demotion is seen without waiting for a write to
+    /// fail, and a silent server within the TCP timeout rather than when a
+    /// request's time runs out.
     pub async fn follow(self: Arc<Self>, pool: PgPool) {
+        let mut watch = None;
         loop {
-            self.wake.notified().await;
+            let woken = tokio::time::timeout(LOOK_EVERY, self.wake.notified())
+                .await
+                .is_ok();
+            if !woken {
+                match self.look(&mut watch).await {
+                    None => continue,
+                    Some(why) => {
+                        tracing::warn!(?why, "the PostgreSQL writer stopped answering as one");
+                        if why == Suspicion::Unwritable {
+                            self.suspect(why);
+                        }
+                    }
+                }
+            }
+            watch = None;
             let mut pause = FIRST_PAUSE;
             loop {
                 match self.search_once().await {
-                    Ok(found) => {
-                        self.settle_on(found, &pool);
+                    Ok((found, timeline)) => {
+                        self.settle_on(found, timeline, &pool);
                         break;
                     }
                     Err(said) => {
@@ -271,22 +308,96 @@ impl Primary {
         }
     }
 
-    fn settle_on(&self, found: usize, pool: &PgPool) {
+    /// Ask the writer in use whether it still takes writes, within the TCP
+    /// timeout (or the connect timeout when that is off); `None` when it does.
+    async fn look(&self, watch: &mut Option<PgConnection>) -> Option<Suspicion> {
+        let bound = self.tcp.user_timeout.unwrap_or(self.connect_timeout);
+        let asked = tokio::time::timeout(bound, async {
+            if watch.is_none() {
+                *watch = Some(PgConnection::connect_with(&self.options()).await?);
+                self.protect_sockets();
+            }
+            match watch.as_mut() {
+                Some(conn) => {
+                    sqlx::query_scalar::<_, bool>(READ_ONLY)
+                        .fetch_one(conn)
+                        .await
+                }
+                None => Err(sqlx::Error::PoolClosed),
+            }
+        })
+        .await;
+        match asked {
+            Ok(Ok(false)) => None,
+            Ok(Ok(true)) => Some(Suspicion::Unwritable),
+            Ok(Err(sqlx::Error::Database(db)))
+                if db.code().is_some_and(|code| is_unwritable(&code)) =>
+            {
+                Some(Suspicion::Unwritable)
+            }
+            Ok(Err(_)) | Err(_) => {
+                *watch = None;
+                Some(Suspicion::Unreachable)
+            }
+        }
+    }
+
+    fn settle_on(&self, found: usize, timeline: String, pool: &PgPool) {
         let before = self.current.swap(found, Ordering::AcqRel);
-        let fence = self.must_fence.swap(false, Ordering::AcqRel) || before != found;
+        let earlier = self
+            .timeline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(timeline.clone());
+        // A new host, or a promotion behind the same one.
+        let failover = before != found || earlier.is_some_and(|t| t != timeline);
+        // A connection that answered read-only or shutting down is to go
+        // either way (`pg_terminate_backend` answers 57P01 too).
+        let fence = self.must_fence.swap(false, Ordering::AcqRel) || failover;
         if fence {
             pool.set_connect_options(self.hosts[found].options.clone());
             self.fence_ms.store(self.now_ms(), Ordering::Release);
-            self.failovers.fetch_add(1, Ordering::AcqRel);
             self.generation.send_modify(|g| *g += 1);
+        }
+        if failover {
+            self.failovers.fetch_add(1, Ordering::AcqRel);
             tracing::warn!(
                 from = %self.hosts[before].label,
                 to = %self.hosts[found].label,
+                timeline = %timeline,
                 "the PostgreSQL writer changed: connections opened before now are closed"
             );
+        } else if fence {
+            tracing::info!(host = %self.hosts[found].label, "PostgreSQL connections opened before now are closed");
         }
         self.writable.store(true, Ordering::Release);
         *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Whether a pooled connection may be lent out: not if it was opened
+    /// before the last fence, nor if it does not answer a ping within the TCP
+    /// timeout (sqlx's own ping, which this replaces, has no bound: on a
+    /// silent server it would hold the request for the whole acquire timeout).
+    pub async fn lend(&self, conn: &mut PgConnection, age: Duration) -> sqlx::Result<bool> {
+        if self.fenced(age) {
+            return Ok(false);
+        }
+        let bound = self.tcp.user_timeout.unwrap_or(self.connect_timeout);
+        let error = match tokio::time::timeout(bound, conn.ping()).await {
+            Ok(Ok(())) => return Ok(true),
+            Ok(Err(error)) => error,
+            Err(_) => sqlx::Error::PoolTimedOut,
+        };
+        // The pool opens a new connection next, with the options it has
+        // then: give the search a moment to point them elsewhere, or that
+        // connection goes to the silent server too and the request waits out
+        // its whole acquire timeout.
+        if self.hosts.len() > 1 {
+            let mut generation = self.generation.subscribe();
+            self.suspect(Suspicion::Unreachable);
+            let _ = tokio::time::timeout(Duration::from_secs(1), generation.changed()).await;
+        }
+        Err(error)
     }
 
     /// Check a connection just opened for the pool: it must accept writes.
