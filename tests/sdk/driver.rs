@@ -89,6 +89,10 @@ fn scenarios(lang: &str, backend: &str) {
             return;
         };
         command.env("SETTLED_TEST_POSTGRES_URL", url);
+        // The failover scenario runs on the HA cluster .ci/run brings up (tests/ha/cluster.sh).
+        if let Ok(ha) = std::env::var("SETTLED_TEST_HA_URL") {
+            command.env("SETTLED_TEST_HA_URL", ha);
+        }
     }
     assert!(
         run(&format!("{lang} SDK on {backend}"), &mut command),

@@ -4,7 +4,8 @@ and one backend (run by tests/sdk/driver.rs; by hand:
     SETTLED_BIN=target/debug/settled clients/python/.venv/bin/python \
         tests/sdk/scenarios.py --lang python --backend sqlite [--only NAME]
 
-with SETTLED_TEST_POSTGRES_URL set for --backend postgres).
+with SETTLED_TEST_POSTGRES_URL set for --backend postgres, and SETTLED_TEST_HA_URL — the URL
+`tests/ha/cluster.sh up` prints — for the failover scenario).
 
 The workers are the example workers (examples/python/worker.py on the Python
 SDK, examples/node/worker.mjs on the TypeScript SDK) started as processes;
@@ -69,13 +70,14 @@ def wait_for(what: str, check: Any, timeout: float, every: float = 0.05) -> Any:
 class Database:
     """A database of its own: a SQLite file, or a fresh PostgreSQL database."""
 
-    def __init__(self, backend: str, tmp: Path, name: str):
+    def __init__(self, backend: str, tmp: Path, name: str, ha: bool = False):
         self.backend = backend
         if backend == "sqlite":
             self.url = f"sqlite:{tmp / (name + '.db')}"
             self.admin = None
             return
-        base = os.environ["SETTLED_TEST_POSTGRES_URL"]
+        # The HA cluster's URL names every node; psql and settled both pick the primary.
+        base = os.environ["SETTLED_TEST_HA_URL" if ha else "SETTLED_TEST_POSTGRES_URL"]
         self.admin = base
         self.name = f"settled_test_sdk_{name}_{uuid.uuid4().hex[:8]}"
         # CREATE and DROP DATABASE wait for the server's checkpoints and for each other,
@@ -195,6 +197,20 @@ class Server:
         answer = self.http.get("/v1/status")
         assert answer.status_code == 200, answer.text
         return dict(answer.json()["counts"])
+
+    def counts_or_none(self) -> dict[str, int] | None:
+        """The counts, or None while the server answers 503 (its database failing over)."""
+        answer = self.http.get("/v1/status")
+        if answer.status_code == 503:
+            assert answer.headers.get("retry-after"), "a 503 carries Retry-After"
+            return None
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json()["counts"])
+
+    def info(self) -> dict[str, Any]:
+        answer = self.http.get("/v1/info")
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
 
     def receipt(self, receipt_id: str) -> dict[str, Any]:
         answer = self.http.get(f"/v1/receipts/{enc(receipt_id)}")
@@ -370,8 +386,8 @@ class Scenarios:
         self.lang, self.backend, self.tmp = lang, backend, tmp
         self.started: list[WorkerProcess] = []
 
-    def server(self, name: str, tokens: bool = True) -> Server:
-        return Server(Database(self.backend, self.tmp, name), self.tmp, tokens)
+    def server(self, name: str, tokens: bool = True, ha: bool = False) -> Server:
+        return Server(Database(self.backend, self.tmp, name, ha), self.tmp, tokens)
 
     def worker(self, url: str, name: str, *flags: str, **kw: Any) -> WorkerProcess:
         w = WorkerProcess(self.lang, url, f"{self.lang}-{name}", self.tmp, *flags, **kw)
@@ -521,6 +537,43 @@ class Scenarios:
         log(f"  recovered: {[ (s['accepted'], s['lost'], s['errors']) for s in summaries]}")
         s.check_settled_once(ids)
 
+    def workers_ride_out_a_failover(self, s: Server) -> None:
+        """6b. PostgreSQL with standbys (tests/ha/cluster.sh: Patroni, synchronous replication):
+        a planned switchover, then the primary's postmaster killed, under running workers. The
+        server follows the new primary by itself; workers recover by themselves; nothing lost,
+        nothing settled twice."""
+        workers = [
+            self.worker(s.base, f"failover-{i}", "--concurrency", "8", "--batch-size", "8",
+                        "--lease-ms", "4000", "--wait-ms", "300", "--latency-ms", "40")
+            for i in range(3)
+        ]
+        ids: list[str] = []
+        for fault in ["switchover", "kill-primary"]:
+            # Work for the workers to be in the middle of when the primary goes.
+            ids += s.enqueue(1500, f"failover-{fault}")
+            wait_for("workers busy", lambda: s.counts()["leased"] >= 8, 60, 0.02)
+            settled_then = s.counts()["settled"]
+            started = time.monotonic()
+            moved = cluster(fault)
+            log(f"  {fault} ({moved}) at {settled_then} settled, {time.monotonic() - started:.1f} s")
+            promoted = time.monotonic()
+
+            def progressed() -> bool:
+                counts = s.counts_or_none()
+                return counts is not None and counts["settled"] > settled_then + 100
+
+            wait_for(f"progress after the {fault}", progressed, 60, 0.05)
+            log(f"  100 more settled {time.monotonic() - promoted:.1f} s after {fault} returned")
+            cluster("wait-healthy", "90")
+        database = s.info()["database"]
+        assert database["failovers"] >= 2 and database["writable"], database
+        wait_for("every receipt settled", lambda: s.counts()["settled"] == len(ids), 180, 0.1)
+        for w in workers:
+            w.signal(signal.SIGTERM)
+        summaries = finish(workers, 30)
+        log(f"  recovered: {[(x['accepted'], x['lost'], x['errors']) for x in summaries]}; {database}")
+        s.check_settled_once(ids)
+
     def refused_configuration_stops_the_worker(self, s: Server) -> None:
         """7. A bad token, a refused parameter: the worker stops with an error naming it, exit != 0."""
         s.enqueue(3, "refused")
@@ -545,8 +598,22 @@ ALL = [
     "sigterm_reports_running_and_releases_the_rest",
     "sigkill_mid_batch_comes_back_once",
     "workers_ride_out_a_backend_outage",
+    "workers_ride_out_a_failover",
     "refused_configuration_stops_the_worker",
 ]
+
+# Scenarios on the HA cluster (PostgreSQL only, with SETTLED_TEST_HA_URL).
+ON_HA_CLUSTER = {"workers_ride_out_a_failover"}
+
+
+def cluster(*args: str) -> str:
+    """Run tests/ha/cluster.sh (a fault, or a wait); its one-line answer."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "tests/ha/cluster.sh"), *args], capture_output=True, text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, f"cluster.sh {' '.join(args)}: {out.stderr[-2000:]}"
+    return out.stdout.strip()
 
 
 def main() -> int:
@@ -560,7 +627,11 @@ def main() -> int:
         scenarios = Scenarios(args.lang, args.backend, Path(tmp))
         for name in args.only or ALL:
             log(f"{args.lang} on {args.backend}: {name}")
-            server = scenarios.server(name.split("_")[0] + str(ALL.index(name)))
+            ha = name in ON_HA_CLUSTER
+            if ha and (args.backend != "postgres" or not os.environ.get("SETTLED_TEST_HA_URL")):
+                log("  SKIPPED: needs --backend postgres and SETTLED_TEST_HA_URL (tests/ha/cluster.sh up)")
+                continue
+            server = scenarios.server(name.split("_")[0] + str(ALL.index(name)), ha=ha)
             started = time.monotonic()
             try:
                 getattr(scenarios, name)(server)
