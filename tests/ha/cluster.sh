@@ -22,12 +22,13 @@ UP_TIMEOUT=${UP_TIMEOUT:-60}
 FAULT_TIMEOUT=${FAULT_TIMEOUT:-60}
 
 HOST=127.0.0.1
-# HA_PORT_OFFSET moves every port but HAProxy's (whose file names them), so that a second
-# cluster, with its own HA_DIR, can run beside the first.
+# HA_PORT_OFFSET moves every port (HAProxy's example is then run with its ports moved too),
+# so that a second cluster, with its own HA_DIR, can run beside the first.
 OFF=${HA_PORT_OFFSET:-0}
 ETCD_CLIENT_PORT=$((23790 + OFF))
 ETCD_PEER_PORT=$((23800 + OFF))
-HAPROXY_PORT=55430
+HAPROXY_PORT=$((55430 + OFF))
+(( OFF == 0 )) || HAPROXY_CFG=$HA_DIR/haproxy-moved.cfg
 NODES=(pg1 pg2 pg3)
 PG_PORTS=($((55431 + OFF)) $((55432 + OFF)) $((55433 + OFF)))
 API_PORTS=($((58001 + OFF)) $((58002 + OFF)) $((58003 + OFF)))
@@ -620,9 +621,16 @@ PYEOF
 cmd_haproxy_up() {
     local i r lead states ok
     command -v haproxy >/dev/null || die "haproxy is not installed"
-    (( OFF == 0 )) || die "haproxy-up runs deploy/haproxy/haproxy.cfg, whose ports are fixed: not with HA_PORT_OFFSET"
     [[ -d $HA_DIR/logs ]] || die "no cluster under $HA_DIR (run: $0 up)"
     cmd_haproxy_down >/dev/null
+    if (( OFF != 0 )); then
+        # The example with every port moved as the cluster's are.
+        local p e=()
+        for p in 55430 55431 55432 55433 58001 58002 58003; do
+            e+=(-e "s/\b$p\b/$((p + OFF))/g")
+        done
+        sed "${e[@]}" "$REPO/deploy/haproxy/haproxy.cfg" >"$HAPROXY_CFG"
+    fi
     # Our additions to the example: a stats socket to see the check results.
     printf 'global\n    stats socket %s mode 600 level admin\n' "$RUN_DIR/haproxy.sock" >"$HA_DIR/haproxy-local.cfg"
     haproxy -c -q -f "$HAPROXY_CFG" -f "$HA_DIR/haproxy-local.cfg" >&2 || die "invalid $HAPROXY_CFG"

@@ -70,7 +70,8 @@ def wait_for(what: str, check: Any, timeout: float, every: float = 0.05) -> Any:
 class Database:
     """A database of its own: a SQLite file, or a fresh PostgreSQL database."""
 
-    def __init__(self, backend: str, tmp: Path, name: str, ha: bool = False):
+    def __init__(self, backend: str, tmp: Path, name: str, ha: str | None = None):
+        """`ha`: on the HA cluster, settled given every node ("hosts") or HAProxy ("haproxy")."""
         self.backend = backend
         if backend == "sqlite":
             self.url = f"sqlite:{tmp / (name + '.db')}"
@@ -83,6 +84,9 @@ class Database:
         # CREATE and DROP DATABASE wait for the server's checkpoints and for each other,
         # which takes minutes on a loaded machine: not the test's subject.
         self.psql(f"CREATE DATABASE {self.name}", timeout=300)
+        if ha == "haproxy":
+            # deploy/haproxy/haproxy.cfg: one address that leads to the primary.
+            base = cluster("haproxy-up")
         parts = urllib.parse.urlsplit(base)
         self.url = urllib.parse.urlunsplit(parts._replace(path="/" + self.name))
 
@@ -386,7 +390,7 @@ class Scenarios:
         self.lang, self.backend, self.tmp = lang, backend, tmp
         self.started: list[WorkerProcess] = []
 
-    def server(self, name: str, tokens: bool = True, ha: bool = False) -> Server:
+    def server(self, name: str, tokens: bool = True, ha: str | None = None) -> Server:
         return Server(Database(self.backend, self.tmp, name, ha), self.tmp, tokens)
 
     def worker(self, url: str, name: str, *flags: str, **kw: Any) -> WorkerProcess:
@@ -540,8 +544,9 @@ class Scenarios:
     def workers_ride_out_a_failover(self, s: Server) -> None:
         """6b. PostgreSQL with standbys (tests/ha/cluster.sh: Patroni, synchronous replication):
         a planned switchover, then the primary's postmaster killed, under running workers. The
-        server follows the new primary by itself; workers recover by themselves; nothing lost,
-        nothing settled twice."""
+        server is given every node (the Python run) or HAProxy (the TypeScript run) and follows
+        the new primary by itself; workers recover by themselves; nothing lost, nothing settled
+        twice."""
         workers = [
             self.worker(s.base, f"failover-{i}", "--concurrency", "8", "--batch-size", "8",
                         "--lease-ms", "4000", "--wait-ms", "300", "--latency-ms", "40")
@@ -566,6 +571,7 @@ class Scenarios:
             log(f"  100 more settled {time.monotonic() - promoted:.1f} s after {fault} returned")
             cluster("wait-healthy", "90")
         database = s.info()["database"]
+        # Behind HAProxy the host never changes: each promotion shows as a new timeline.
         assert database["failovers"] >= 2 and database["writable"], database
         wait_for("every receipt settled", lambda: s.counts()["settled"] == len(ids), 180, 0.1)
         for w in workers:
@@ -631,7 +637,10 @@ def main() -> int:
             if ha and (args.backend != "postgres" or not os.environ.get("SETTLED_TEST_HA_URL")):
                 log("  SKIPPED: needs --backend postgres and SETTLED_TEST_HA_URL (tests/ha/cluster.sh up)")
                 continue
-            server = scenarios.server(name.split("_")[0] + str(ALL.index(name)), ha=ha)
+            server = scenarios.server(
+                name.split("_")[0] + str(ALL.index(name)),
+                ha=("haproxy" if args.lang == "node" else "hosts") if ha else None,
+            )
             started = time.monotonic()
             try:
                 getattr(scenarios, name)(server)
@@ -645,6 +654,8 @@ def main() -> int:
                 scenarios.started.clear()
                 server.stop()
                 server.db.drop()
+                if ha and args.lang == "node":
+                    cluster("haproxy-down")
     if failed:
         log(f"failed: {failed}")
         return 1
