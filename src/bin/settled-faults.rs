@@ -8,7 +8,8 @@
 //! Build first (`cargo build --release --bins`), then, as root (it mounts a
 //! small tmpfs for SQLite and may restart the local PostgreSQL cluster):
 //! `target/release/settled-faults run --duration 5m --allow-postgres-restart`.
-//! See RELIABILITY.md.
+//! `--scenario postgres-ha` runs on a Patroni cluster of its own
+//! (tests/ha/cluster.sh, ports 55431-55433). See RELIABILITY.md.
 
 #[path = "settled_faults/check.rs"]
 mod check;
@@ -16,10 +17,16 @@ mod check;
 mod cluster;
 #[path = "settled_faults/faults.rs"]
 mod faults;
+#[path = "settled_faults/ha.rs"]
+mod ha;
+#[path = "settled_faults/ha_faults.rs"]
+mod ha_faults;
 #[path = "settled_faults/proxy.rs"]
 mod proxy;
 #[path = "settled_faults/record.rs"]
 mod record;
+#[path = "settled_faults/recovery.rs"]
+mod recovery;
 #[path = "settled_faults/rng.rs"]
 mod rng;
 #[path = "settled_faults/scenario.rs"]
@@ -58,7 +65,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// Scenarios to run (default: all three).
+    /// Scenarios to run (default: sqlite, postgres and postgres-3).
     #[arg(long = "scenario", value_enum)]
     scenarios: Vec<Scenario>,
     /// Faults to inject (default: every fault the scenario's backend has).
@@ -91,6 +98,13 @@ struct RunArgs {
     out: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// postgres-ha: replicate asynchronously (`cluster.sh up --async`); lost
+    /// and settled twice are then counted but do not fail the run.
+    #[arg(long)]
+    ha_async: bool,
+    /// postgres-ha: the script that runs the cluster.
+    #[arg(long, default_value = ha::DEFAULT_SCRIPT)]
+    ha_cluster: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -148,7 +162,25 @@ async fn run_all(args: RunArgs) -> ExitCode {
         out: args.out.clone(),
         seed: args.seed,
         faults: args.faults.clone(),
+        ha_script: args.ha_cluster.clone(),
+        ha_async: args.ha_async,
     };
+    // A cluster is started in sessions of its own: take it down on an
+    // interrupt too (drops take it down on errors and panics).
+    tokio::spawn(async {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("settled-faults: interrupted");
+        let _ = tokio::task::spawn_blocking(ha::down_all).await;
+        std::process::exit(130);
+    });
     let mut reports = Vec::new();
     let mut failed = 0;
     for scenario in scenarios {

@@ -178,15 +178,26 @@ pub enum ConflictKind {
     UnknownReceipt,
 }
 
+/// What a backend failure says about the database server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendFault {
+    /// The server answered: a statement failed, a timeout, an invariant.
+    Answered,
+    /// The connection failed (refused, reset, timed out): the server may be gone.
+    Connection,
+    /// The server said it takes no writes on this connection (a standby or a
+    /// demoted primary): a failover, not an outage.
+    WriterLost,
+}
+
 /// Failure returned by the durable settlement store.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum StoreError {
     #[error("settlement routing backend failure: {detail}")]
     Backend {
         detail: String,
-        /// The server said it takes no writes on this connection (a standby,
-        /// a demoted primary, or one shutting down): a failover, not an outage.
-        writer_lost: bool,
+        /// What kind of failure, where it tells the store where to look.
+        fault: BackendFault,
     },
     #[error("settlement routing conflict: {detail}")]
     Conflict { kind: ConflictKind, detail: String },
@@ -222,17 +233,14 @@ impl StoreError {
 
     /// A database failure; the detail goes to the log only.
     pub fn backend(detail: impl Into<String>) -> Self {
-        Self::Backend {
-            detail: detail.into(),
-            writer_lost: false,
-        }
+        Self::backend_fault(BackendFault::Answered, detail)
     }
 
-    /// A database server that takes no writes on this connection.
-    pub fn writer_lost(detail: impl Into<String>) -> Self {
+    /// A database failure of a given kind; the detail goes to the log only.
+    pub fn backend_fault(fault: BackendFault, detail: impl Into<String>) -> Self {
         Self::Backend {
             detail: detail.into(),
-            writer_lost: true,
+            fault,
         }
     }
 }

@@ -384,9 +384,10 @@ impl Metrics {
                     host: writer.primary.clone(),
                 })
                 .set(i64::from(writer.writable));
-            let counted = self.postgres_failovers.get();
+            // Never past the store's count, whatever scrapes run at once.
             self.postgres_failovers
-                .inc_by(writer.failovers.saturating_sub(counted));
+                .inner()
+                .fetch_max(writer.failovers, std::sync::atomic::Ordering::Relaxed);
         }
         if let Some(status) = status {
             self.refresh(status);

@@ -1,6 +1,6 @@
 //! Database errors classified once, for every backend.
 
-use crate::domain::StoreError;
+use crate::domain::{BackendFault, StoreError};
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
@@ -23,9 +23,17 @@ impl From<sqlx::Error> for StoreError {
                     .code()
                     .is_some_and(|code| super::postgres::is_unwritable(&code)) =>
             {
-                StoreError::writer_lost(error.to_string())
+                StoreError::backend_fault(BackendFault::WriterLost, error.to_string())
             }
-            _ => StoreError::backend(error.to_string()),
+            // The server answered; whatever it said, it is there.
+            sqlx::Error::Database(db)
+                if !db
+                    .code()
+                    .is_some_and(|code| super::postgres::is_disconnect(&code)) =>
+            {
+                StoreError::backend(error.to_string())
+            }
+            _ => StoreError::backend_fault(BackendFault::Connection, error.to_string()),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::record::{Answer, Entry, Final, Op, OpKind, Recording};
+use super::recovery;
 
 /// Slack for the server's clock against the harness's (both monotonic on
 /// one host; the database-clock samples of a replica move it by a few ms).
@@ -44,9 +45,24 @@ pub struct Report {
     /// Receipts the server holds that no producer sent.
     pub unexpected: u64,
     /// Per fault kind: the longest time from the end of one of its
-    /// injections until throughput was back at half of what it was before
-    /// (`None`: never back within the run).
+    /// injections (from the promotion, for a fault that changes the
+    /// PostgreSQL writer) until throughput was back at half of what it was
+    /// before (`None`: never back within the run).
     pub recovery_ms: BTreeMap<String, Option<u64>>,
+    /// The same for every injection, in order.
+    pub recovery_each_ms: BTreeMap<String, Vec<Option<u64>>>,
+    /// Per fault kind that changes the writer, for every injection: from the
+    /// promotion to the first enqueue or outcome acknowledged after it.
+    pub first_commit_ms: BTreeMap<String, Vec<Option<u64>>>,
+    /// Writer changes whose first commit came later than its bound.
+    pub slow_recoveries: Vec<String>,
+    /// Injections per fault kind.
+    pub injected: BTreeMap<String, usize>,
+    /// Asynchronous replication: lost and settled twice do not fail the run.
+    pub async_replication: bool,
+    /// Other failures: a fault kind never injected, a replica that did not
+    /// follow the primary.
+    pub problems: Vec<String>,
     /// The first few findings, to start debugging from.
     pub examples: Vec<String>,
 }
@@ -176,7 +192,21 @@ pub fn check(rec: &Recording) -> Report {
             rec.total_stored
         ));
     }
-    report.recovery_ms = recovery(rec);
+    let measured = recovery::measure(rec);
+    report.recovery_ms = measured.worst;
+    report.recovery_each_ms = measured.each;
+    report.first_commit_ms = measured.first_commit;
+    report.slow_recoveries = measured.slow;
+    for span in &rec.faults {
+        *report.injected.entry(span.fault.clone()).or_default() += 1;
+    }
+    report.async_replication = rec.async_replication;
+    report.problems.clone_from(&rec.problems);
+    for kind in &rec.expected_faults {
+        if !report.injected.contains_key(kind) {
+            report.problems.push(format!("{kind} was never injected"));
+        }
+    }
     report
 }
 
@@ -360,53 +390,6 @@ fn check_history(report: &mut Report, receipt: &str, ops: &[&Op], fin: &Final) {
                 .collect::<Vec<_>>()
         ));
     }
-}
-
-/// How long the windows are that recovery counts outcomes in.
-const WINDOW_MS: u64 = 250;
-
-/// Per fault kind, the longest recovery: from the end of an injection to the
-/// start of the first quarter second with at least half the outcome rate of
-/// the five seconds before it began.
-fn recovery(rec: &Recording) -> BTreeMap<String, Option<u64>> {
-    let mut done: Vec<u64> = rec
-        .ops
-        .iter()
-        .filter(|o| o.answer == Answer::Ok && matches!(o.kind, OpKind::Outcome { .. }))
-        .map(|o| o.answered_ms)
-        .collect();
-    done.sort_unstable();
-    let count = |from: u64, to: u64| {
-        done.partition_point(|t| *t < to) - done.partition_point(|t| *t < from)
-    };
-    let mut worst: BTreeMap<String, Option<u64>> = BTreeMap::new();
-    for span in &rec.faults {
-        // Outcomes per window before the fault, and the first window after
-        // its end with half as many (short windows: a fault's effect is
-        // often over in less than a second).
-        let before = count(span.start_ms.saturating_sub(5_000), span.start_ms) as f64
-            * WINDOW_MS as f64
-            / 5_000.0;
-        let mut back = None;
-        if before > 0.0 {
-            let mut t = span.end_ms;
-            while t + WINDOW_MS <= rec.duration_ms {
-                if count(t, t + WINDOW_MS) as f64 >= before / 2.0 {
-                    back = Some(t - span.end_ms);
-                    break;
-                }
-                t += 50;
-            }
-        } else {
-            back = Some(0);
-        }
-        let slot = worst.entry(span.fault.clone()).or_insert(Some(0));
-        *slot = match (*slot, back) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            _ => None,
-        };
-    }
-    worst
 }
 
 #[cfg(test)]

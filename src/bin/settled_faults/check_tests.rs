@@ -94,6 +94,7 @@ fn clean() -> Recording {
         finals,
         total_stored: 2,
         duration_ms: 2_000,
+        ..Recording::default()
     }
 }
 
@@ -204,8 +205,54 @@ fn recovery_is_measured_from_the_end_of_the_fault() {
         fault: "kill".into(),
         start_ms: 6_000,
         end_ms: 7_000,
+        promoted_ms: None,
     });
     let report = check(&run);
     let back = report.recovery_ms["kill"].expect("recovered");
     assert!((1_500..=2_000).contains(&back), "{back}");
+}
+
+#[test]
+fn a_writer_change_is_measured_from_the_promotion_and_bounded() {
+    // Commits every 100 ms, none from 5 s to 12 s: a failover promoted at
+    // 8 s (first commit 4 s later) and a switchover promoted at 6 s (6 s
+    // later, over its bound of 5 s).
+    let mut run = Recording {
+        duration_ms: 20_000,
+        expected_faults: vec!["failover".into(), "switchover".into(), "kill".into()],
+        ..Recording::default()
+    };
+    for t in (0..20_000).step_by(100) {
+        if !(5_000..12_000).contains(&t) {
+            run.ops.push(op("r", "w", t, t, Answer::Ok, accepted("x")));
+        }
+    }
+    for (fault, promoted) in [("failover", 8_000), ("switchover", 6_000)] {
+        run.faults.push(super::super::record::FaultSpan {
+            fault: fault.into(),
+            start_ms: 5_000,
+            end_ms: promoted,
+            promoted_ms: Some(promoted),
+        });
+    }
+    let report = check(&run);
+    assert_eq!(report.first_commit_ms["failover"], vec![Some(4_000)]);
+    assert_eq!(report.first_commit_ms["switchover"], vec![Some(6_000)]);
+    // Counted over quarter seconds: the first window with half the rate
+    // starts a little before the first commit.
+    let back = report.recovery_each_ms["failover"][0].expect("recovered");
+    assert!((3_750..=4_000).contains(&back), "{back}");
+    assert_eq!(
+        report.slow_recoveries.len(),
+        1,
+        "{:?}",
+        report.slow_recoveries
+    );
+    assert!(report.slow_recoveries[0].starts_with("switchover"));
+    assert_eq!(report.problems, vec!["kill was never injected".to_owned()]);
+    let table = super::super::table::render(&[report]);
+    assert!(
+        table.contains("| failover | 1 | 4.00 / 4.00 s (≤ 10 s) | 4.00 |"),
+        "{table}"
+    );
 }

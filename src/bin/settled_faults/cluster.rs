@@ -24,6 +24,8 @@ pub struct Replica {
     /// This host's constant disagreement with true time, in seconds.
     skew: i64,
     log: PathBuf,
+    /// More command-line arguments for `settled`.
+    extra_args: Vec<String>,
     child: Option<Child>,
     /// Where workers reach it; empty while it is down.
     pub base: Arc<RwLock<String>>,
@@ -51,9 +53,17 @@ impl Replica {
             clock_file,
             skew,
             log: dir.join(format!("{name}.log")),
+            extra_args: Vec::new(),
             child: None,
             base: Arc::new(RwLock::new(String::new())),
         }
+    }
+
+    /// Give `settled` these arguments too, at every start.
+    #[must_use]
+    pub fn with_args(mut self, args: &[&str]) -> Self {
+        self.extra_args = args.iter().map(|a| (*a).to_owned()).collect();
+        self
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -74,6 +84,7 @@ impl Replica {
             .args(["--database-url", &self.database_url])
             .args(["--initial-backoff-ms", "1", "--backoff-cap-ms", "20"])
             .args(["--max-retries", "3"])
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log.try_clone()?);
@@ -107,14 +118,13 @@ impl Replica {
                 *self.base.write().unwrap_or_else(|p| p.into_inner()) = base;
                 Ok(())
             }
-            Err(_) => {
+            Err(e) => {
                 self.kill();
-                Err(format!(
-                    "{} did not start within {within:?} (see {})",
-                    self.name,
-                    self.log.display()
-                )
-                .into())
+                let what = match e {
+                    mpsc::RecvTimeoutError::Timeout => format!("did not start within {within:?}"),
+                    mpsc::RecvTimeoutError::Disconnected => "exited before it listened".into(),
+                };
+                Err(format!("{} {what} (see {})", self.name, self.log.display()).into())
             }
         }
     }

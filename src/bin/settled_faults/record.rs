@@ -68,6 +68,10 @@ pub struct FaultSpan {
     pub fault: String,
     pub start_ms: u64,
     pub end_ms: u64,
+    /// A fault that changes the PostgreSQL writer: when the new primary was
+    /// first seen taking writes (recovery is measured from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_ms: Option<u64>,
 }
 
 /// One history entry as read back.
@@ -98,6 +102,18 @@ pub struct Recording {
     /// Receipts the server holds in all (`/v1/status` counts).
     pub total_stored: u64,
     pub duration_ms: u64,
+    /// The fault kinds the run was to inject (each at least once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected_faults: Vec<String>,
+    /// PostgreSQL replicated asynchronously (`--ha-async`): a failover may
+    /// lose acknowledged commits, so lost and settled twice are evidence,
+    /// not failures.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub async_replication: bool,
+    /// What the harness saw go wrong besides the operations (a replica not
+    /// following the primary by the end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// Collects operations from every task of a run.
@@ -126,11 +142,15 @@ impl Recorder {
     }
 
     pub fn fault(&self, fault: &str, start_ms: u64) {
-        let span = FaultSpan {
+        self.span(FaultSpan {
             fault: fault.to_owned(),
             start_ms,
             end_ms: self.now_ms(),
-        };
+            promoted_ms: None,
+        });
+    }
+
+    pub fn span(&self, span: FaultSpan) {
         self.faults
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -146,6 +166,7 @@ impl Recorder {
             finals: BTreeMap::new(),
             total_stored: 0,
             duration_ms: self.now_ms(),
+            ..Recording::default()
         }
     }
 }

@@ -16,6 +16,7 @@ use super::Res;
 use super::check::{self, Report};
 use super::cluster::{LIBFAKETIME, Replica, Tmpfs};
 use super::faults::{self, Fault, Target};
+use super::ha::{Cluster, PG_TCP_TIMEOUT_MS};
 use super::proxy::Proxy;
 use super::record::{Entry, Final, OpKind, Recorder};
 use super::rng::Rng;
@@ -30,6 +31,10 @@ pub enum Scenario {
     /// Three servers on one PostgreSQL; one host's clock is 30 s fast.
     #[value(name = "postgres-3")]
     Postgres3,
+    /// Two servers on a Patroni cluster of three PostgreSQL nodes
+    /// (tests/ha/cluster.sh), through a proxy per node.
+    #[value(name = "postgres-ha")]
+    PostgresHa,
 }
 
 impl Scenario {
@@ -39,7 +44,18 @@ impl Scenario {
     }
 
     fn faults(self, allow_restart: bool) -> Vec<Fault> {
-        let mut faults = vec![Fault::Kill, Fault::PauseServer, Fault::PauseWorkers];
+        let mut faults = Vec::new();
+        if self == Self::PostgresHa {
+            // First, so that a short run has each of them alone in time.
+            faults.extend([
+                Fault::Switchover,
+                Fault::Failover,
+                Fault::DemoteInPlace,
+                Fault::IsolatePrimary,
+                Fault::LoseStandby,
+            ]);
+        }
+        faults.extend([Fault::Kill, Fault::PauseServer, Fault::PauseWorkers]);
         if self == Self::Sqlite {
             faults.push(Fault::DiskFull);
         } else {
@@ -49,7 +65,8 @@ impl Scenario {
                 Fault::ProxyStall,
                 Fault::ProxyCut,
             ]);
-            if allow_restart {
+            // The local cluster's restart; not the HA cluster's nodes.
+            if allow_restart && self != Self::PostgresHa {
                 faults.push(Fault::RestartPostgres);
             }
         }
@@ -70,6 +87,9 @@ pub struct Settings {
     pub seed: u64,
     /// Only these faults (empty: all the scenario has).
     pub faults: Vec<Fault>,
+    /// `postgres-ha`: the cluster's script, and asynchronous replication.
+    pub ha_script: PathBuf,
+    pub ha_async: bool,
 }
 
 fn settled_exe() -> Res<PathBuf> {
@@ -96,6 +116,7 @@ enum Database {
         name: String,
         proxy: Proxy,
     },
+    Cluster(Arc<Cluster>),
 }
 
 impl Database {
@@ -104,6 +125,10 @@ impl Database {
             // Room for a long run; the disk-full fault fills what is left.
             let disk = Tmpfs::mount(&dir.join("disk"), "768m")?;
             return Ok(Self::Sqlite { disk });
+        }
+        if scenario == Scenario::PostgresHa {
+            let cluster = Cluster::up(&settings.ha_script, dir, run, settings.ha_async).await?;
+            return Ok(Self::Cluster(Arc::new(cluster)));
         }
         let name = format!("settled_faults_{run}");
         let mut admin = sqlx::PgConnection::connect(&settings.postgres_url).await?;
@@ -138,10 +163,16 @@ impl Database {
                 url.set_path(name);
                 Ok(url.to_string())
             }
+            Self::Cluster(cluster) => Ok(cluster.settled_url()),
         }
     }
 
     async fn remove(self) {
+        if let Self::Cluster(cluster) = &self {
+            let cluster = cluster.clone();
+            let _ = tokio::task::spawn_blocking(move || cluster.down_now()).await;
+            return;
+        }
         if let Self::Postgres { admin, name, .. } = self {
             for _ in 0..30 {
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
@@ -207,16 +238,23 @@ async fn run_on(
         )
         .into());
     }
-    let count = if scenario == Scenario::Postgres3 {
-        3
+    let count = match scenario {
+        Scenario::Postgres3 => 3,
+        Scenario::PostgresHa => 2,
+        _ => 1,
+    };
+    let tcp_timeout = PG_TCP_TIMEOUT_MS.to_string();
+    let extra: &[&str] = if scenario == Scenario::PostgresHa {
+        &["--pg-tcp-timeout-ms", &tcp_timeout]
     } else {
-        1
+        &[]
     };
     let mut replicas = Vec::new();
     for i in 0..count {
         // The third host's clock is 30 s fast all along.
         let skew = fake_clock.then_some(if i == 2 { 30 } else { 0 });
-        let mut replica = Replica::new(&format!("settled-{i}"), exe, &url, dir, skew);
+        let mut replica =
+            Replica::new(&format!("settled-{i}"), exe, &url, dir, skew).with_args(extra);
         replica.start(Duration::from_secs(60))?;
         replicas.push(Arc::new(Mutex::new(replica)));
     }
@@ -236,15 +274,19 @@ async fn run_on(
         replicas,
         proxy: match database {
             Database::Postgres { proxy, .. } => Some(proxy.clone()),
-            Database::Sqlite { .. } => None,
+            _ => None,
         },
         disk: match database {
             Database::Sqlite { disk } => Some(disk.dir.clone()),
-            Database::Postgres { .. } => None,
+            _ => None,
         },
         postgres: match database {
             Database::Postgres { admin, name, .. } => Some((admin.clone(), name.clone())),
-            Database::Sqlite { .. } => None,
+            _ => None,
+        },
+        cluster: match database {
+            Database::Cluster(cluster) => Some(cluster.clone()),
+            _ => None,
         },
         work: work.clone(),
     });
@@ -264,10 +306,28 @@ async fn run_on(
     }
 
     let until = Instant::now() + settings.duration;
-    faults::schedule(target.clone(), faults, until, settings.gap, settings.seed).await;
+    let expected: Vec<String> = faults.iter().map(|f| f.name()).collect();
+    // On the cluster, each of its faults at least once a minute of the run.
+    let cluster_min = usize::try_from(settings.duration.as_secs() / 60)
+        .unwrap_or(1)
+        .max(1);
+    faults::schedule(
+        target.clone(),
+        faults,
+        until,
+        settings.gap,
+        settings.seed,
+        cluster_min,
+    )
+    .await;
     // A quiet tail at the full rate, so that recovery from the last faults is
     // measured against the same work as before them.
     tokio::time::sleep(Duration::from_secs(10).min(settings.gap * 2)).await;
+    // What is read back must be the primary's: every replica writes there.
+    let problems = match database {
+        Database::Cluster(cluster) => cluster.check_followers(&work).await,
+        _ => Vec::new(),
+    };
 
     // Every fault is over: stop producing, let every batch be acknowledged,
     // then let the workers finish everything that is active.
@@ -292,6 +352,9 @@ async fn run_on(
     }
 
     let mut recording = rec.take_recording(&scenario.name());
+    recording.expected_faults = expected;
+    recording.async_replication = settings.ha_async && scenario == Scenario::PostgresHa;
+    recording.problems = problems;
     recording.total_stored = total;
     recording.finals = read_finals(&work, &recording.ops).await;
     drop(target);

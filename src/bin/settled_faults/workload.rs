@@ -92,6 +92,34 @@ impl Workload {
         (!live.is_empty()).then(|| live[rng.below(live.len())].clone())
     }
 
+    /// How many replicas there are (live or not).
+    pub fn replicas(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// Replica `i`'s address (empty while it is down).
+    pub fn base(&self, i: usize) -> String {
+        self.targets[i]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// `GET path` of one replica (not recorded): its JSON body on a 2xx.
+    pub async fn get(&self, base: &str, path: &str) -> Option<Value> {
+        let response = self
+            .client
+            .get(format!("{base}{path}"))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.json().await.ok()
+    }
+
     /// Send one request to some live replica.
     pub async fn call(
         &self,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use crate::domain::StoreError;
+use crate::domain::{BackendFault, StoreError};
 use crate::store::StoreResult;
 
 const OPEN: u8 = 0;
@@ -57,12 +57,18 @@ pub(super) const COMMIT_WAIT: Duration = Duration::from_secs(30);
 
 /// What a call whose commit went unanswered answers.
 fn unconfirmed() -> StoreError {
-    StoreError::backend("the database did not confirm the commit in time; it may have been applied")
+    StoreError::backend_fault(
+        BackendFault::Connection,
+        "the database did not confirm the commit in time; it may have been applied",
+    )
 }
 
 /// What a call given up by its time limit answers.
 pub(super) fn too_late() -> StoreError {
-    StoreError::backend("the database did not answer in time")
+    StoreError::backend_fault(
+        BackendFault::Connection,
+        "the database did not answer in time",
+    )
 }
 
 /// Call just before sending a `COMMIT`, or a statement that commits by

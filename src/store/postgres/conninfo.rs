@@ -1,10 +1,11 @@
-//! libpq's connection strings, parsed as libpq parses them: the URL form with
-//! a host list (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
-//! `host=`/`port=` lists in its query, and the keyword/value form
+//! libpq's connection strings: the URL form with a host list
+//! (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
+//! `host=`/`port=`/`hostaddr=` lists in its query, and the keyword/value form
 //! (`host=h1,h2 port=5432 dbname=db`). sqlx takes one host and logs, then
 //! ignores, a parameter it does not know; settled needs a host list to follow
 //! the primary, and refuses a parameter it would not honour rather than run
-//! without it (docs/high-availability.md).
+//! without it (docs/high-availability.md). A query's `+` is read as a space,
+//! as sqlx read it before (libpq keeps it).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -18,6 +19,8 @@ pub struct Host {
     /// `host:port` as the connection string names it (no user or password).
     pub label: String,
     pub options: PgConnectOptions,
+    /// Its `hostaddr`, where given: the address connected to.
+    pub address: Option<std::net::SocketAddr>,
 }
 
 /// Socket settings that notice a server that stopped answering without a
@@ -63,7 +66,7 @@ pub struct ConnInfo {
     /// libpq's `connect_timeout`: the longest wait for one host.
     pub connect_timeout: Option<Duration>,
     /// The `keepalives*` and `tcp_user_timeout` parameters, each `None`
-    /// when not given (the server's flag decides).
+    /// when not given or 0 (the server's flag decides).
     pub keepalives: Option<bool>,
     pub keepalives_idle: Option<Duration>,
     pub keepalives_interval: Option<Duration>,
@@ -104,6 +107,7 @@ impl ConnInfo {
 
 /// Parameters sqlx applies itself, passed on to it unchanged.
 const PASSED: &[&str] = &[
+    "hostaddr",
     "sslmode",
     "ssl-mode",
     "sslrootcert",
@@ -116,6 +120,16 @@ const PASSED: &[&str] = &[
     "statement-cache-capacity",
     "application_name",
     "options",
+];
+
+/// libpq parameters whose value asks for nothing sqlx does not do already:
+/// accepted with these values, refused with any other.
+const ALREADY: &[(&str, &[&str])] = &[
+    ("gssencmode", &["disable", "prefer"]),
+    ("channel_binding", &["disable", "prefer"]),
+    ("load_balance_hosts", &["disable"]),
+    ("client_encoding", &["UTF8", "utf8", "UTF-8", "utf-8"]),
+    ("sslnegotiation", &["postgres"]),
 ];
 
 /// Parse `text` (a `postgres://` or `postgresql://` URL, or libpq's
@@ -208,7 +222,7 @@ fn split_host_port(spec: &str) -> Result<(String, String), String> {
     if let Some(v6) = spec.strip_prefix('[') {
         let (host, after) = v6
             .split_once(']')
-            .ok_or_else(|| format!("unclosed `[` in the host `{spec}`"))?;
+            .ok_or_else(|| "an unclosed `[` in the host list".to_owned())?;
         let port = after.strip_prefix(':').unwrap_or(after);
         return Ok((format!("[{host}]"), port.to_owned()));
     }
@@ -232,9 +246,10 @@ fn keyword_parts(text: &str) -> Result<Parts, String> {
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.next() != Some('=') {
-            return Err(format!(
-                "`{key}` has no value in the connection string (expected keyword=value)"
-            ));
+            return Err(
+                "a keyword has no value in the connection string (expected keyword=value)"
+                    .to_owned(),
+            );
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         let mut value = String::new();
@@ -244,7 +259,7 @@ fn keyword_parts(text: &str) -> Result<Parts, String> {
                     Some('\\') => value.extend(chars.next()),
                     Some('\'') => break,
                     Some(c) => value.push(c),
-                    None => return Err(format!("unterminated quote in the value of `{key}`")),
+                    None => return Err("an unterminated quote in the connection string".to_owned()),
                 }
             }
         } else {
@@ -264,11 +279,12 @@ fn keyword_parts(text: &str) -> Result<Parts, String> {
     })
 }
 
-fn seconds(key: &str, value: &str) -> Result<Duration, String> {
+/// Whole seconds; 0 means "not set", as in libpq.
+fn seconds(key: &str, value: &str) -> Result<Option<Duration>, String> {
     value
         .trim()
         .parse::<u64>()
-        .map(Duration::from_secs)
+        .map(|s| (s > 0).then(|| Duration::from_secs(s)))
         .map_err(|_| format!("`{key}` must be a whole number of seconds, not `{value}`"))
 }
 
@@ -285,6 +301,7 @@ impl Parts {
         };
         let mut hosts = self.hosts;
         let mut ports: Option<Vec<String>> = None;
+        let mut hostaddrs: Option<Vec<String>> = None;
         let mut user = self.user;
         let mut password = self.password;
         let mut dbname = self.dbname;
@@ -298,6 +315,9 @@ impl Parts {
                         .collect();
                 }
                 "port" => ports = Some(value.split(',').map(|p| p.trim().to_owned()).collect()),
+                "hostaddr" => {
+                    hostaddrs = Some(value.split(',').map(|a| a.trim().to_owned()).collect());
+                }
                 "user" => user = Some(value),
                 "password" => password = Some(value),
                 "dbname" => dbname = Some(value),
@@ -312,14 +332,29 @@ impl Parts {
                         ));
                     }
                 },
-                "connect_timeout" => info.connect_timeout = Some(seconds(&key, &value)?),
+                // libpq takes at least 2 s.
+                "connect_timeout" => {
+                    info.connect_timeout =
+                        seconds(&key, &value)?.map(|t| t.max(Duration::from_secs(2)));
+                }
                 "keepalives" => info.keepalives = Some(value.trim() != "0"),
-                "keepalives_idle" => info.keepalives_idle = Some(seconds(&key, &value)?),
-                "keepalives_interval" => info.keepalives_interval = Some(seconds(&key, &value)?),
+                "keepalives_idle" => info.keepalives_idle = seconds(&key, &value)?,
+                "keepalives_interval" => info.keepalives_interval = seconds(&key, &value)?,
                 "keepalives_count" => {
-                    info.keepalives_count = Some(value.trim().parse().map_err(|_| {
+                    let count: u32 = value.trim().parse().map_err(|_| {
                         format!("`keepalives_count` must be a whole number, not `{value}`")
-                    })?);
+                    })?;
+                    info.keepalives_count = (count > 0).then_some(count);
+                }
+                "fallback_application_name" => {}
+                k if ALREADY
+                    .iter()
+                    .any(|(name, ok)| *name == k && ok.contains(&value.trim())) => {}
+                k if ALREADY.iter().any(|(name, _)| *name == k) => {
+                    return Err(format!(
+                        "`{k}={value}` cannot be honoured: the PostgreSQL driver settled uses \
+                         does not do it; remove it from --database-url"
+                    ));
                 }
                 "tcp_user_timeout" => {
                     info.tcp_user_timeout =
@@ -333,10 +368,12 @@ impl Parts {
                 other => {
                     return Err(format!(
                         "the connection parameter `{other}` is not supported by settled; remove \
-                         it from --database-url (supported: host, port, user, password, dbname, \
-                         sslmode, sslrootcert, sslcert, sslkey, application_name, options, \
-                         target_session_attrs, connect_timeout, keepalives, keepalives_idle, \
-                         keepalives_interval, keepalives_count, tcp_user_timeout)"
+                         it from --database-url (supported: host, hostaddr, port, user, \
+                         password, dbname, sslmode, sslrootcert, sslcert, sslkey, \
+                         application_name, options, target_session_attrs, connect_timeout, \
+                         keepalives, keepalives_idle, keepalives_interval, keepalives_count, \
+                         tcp_user_timeout, and sqlx's statement-cache-capacity, ssl-mode, \
+                         ssl-root-cert, ssl-cert, ssl-key, options[NAME])"
                     ));
                 }
             }
@@ -360,10 +397,32 @@ impl Parts {
                 }
             }
         }
-        for (host, port) in hosts {
-            if !port.is_empty() && port.parse::<u16>().is_err() {
-                return Err(format!("invalid port `{port}` for the host `{host}`"));
+        let hostaddrs = match hostaddrs {
+            None => vec![None; hosts.len()],
+            Some(list) if list.len() == hosts.len() => list.into_iter().map(Some).collect(),
+            Some(list) => {
+                return Err(format!(
+                    "{} addresses in hostaddr for {} hosts: give one per host",
+                    list.len(),
+                    hosts.len()
+                ));
             }
+        };
+        for ((host, port), hostaddr) in hosts.into_iter().zip(hostaddrs) {
+            if !port.is_empty() && port.parse::<u16>().is_err() {
+                return Err("an invalid port in the host list (1..=65535)".to_owned());
+            }
+            let mut passed = passed.clone();
+            let address = match hostaddr {
+                Some(addr) => {
+                    let ip: std::net::IpAddr = addr
+                        .parse()
+                        .map_err(|_| "hostaddr must be IP addresses".to_owned())?;
+                    passed.push(("hostaddr".to_owned(), addr));
+                    Some(ip)
+                }
+                None => None,
+            };
             let url = single_host_url(
                 &host,
                 &port,
@@ -383,6 +442,7 @@ impl Parts {
             };
             info.hosts.push(Host {
                 label: format!("{shown_host}:{}", options.get_port()),
+                address: address.map(|ip| std::net::SocketAddr::new(ip, options.get_port())),
                 options,
             });
         }
@@ -419,11 +479,15 @@ fn single_host_url(
     if host.starts_with('/') {
         // A Unix socket's directory goes in the query, as sqlx reads it.
         query.push(format!("host={}", enc(host)));
+    } else if host.contains(':') && !host.starts_with('[') {
+        // A bare IPv6 address, as libpq takes it in `host=`.
+        url.push_str(&format!("[{host}]"));
     } else {
         url.push_str(host);
     }
     if !port.is_empty() {
-        if host.starts_with('/') {
+        // With no host in the URL, a port there would not parse.
+        if host.starts_with('/') || host.is_empty() {
             query.push(format!("port={port}"));
         } else {
             url.push(':');

@@ -51,11 +51,14 @@ mod imp {
             if !is_socket {
                 continue;
             }
-            // SAFETY: the descriptor is only borrowed for the calls below and
-            // never closed here. Should another thread close it and the number
-            // be reused meanwhile, the calls act on that file instead: on a
-            // socket they set harmless options, on anything else they fail.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            // SAFETY: the descriptor is borrowed only to duplicate it, and
+            // the options are set on the duplicate, which this function owns.
+            // Should another thread close the number and have it reused in
+            // between, the duplicate is of that file instead: on a socket the
+            // options are harmless, anything else is not a socket and skipped.
+            let Ok(fd) = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned() else {
+                continue;
+            };
             let socket = SockRef::from(&fd);
             let peer = socket.peer_addr().ok().and_then(|a| a.as_socket());
             if !peer.is_some_and(|p| peers.contains(&p)) {
@@ -66,14 +69,10 @@ mod imp {
                     .with_time(idle)
                     .with_interval(interval)
                     .with_retries(count);
-                if socket.set_tcp_keepalive(&keepalive).is_err() {
-                    continue;
-                }
+                let _ = socket.set_tcp_keepalive(&keepalive);
             }
-            if let Some(timeout) = timeouts.user_timeout
-                && socket.set_tcp_user_timeout(Some(timeout)).is_err()
-            {
-                continue;
+            if let Some(timeout) = timeouts.user_timeout {
+                let _ = socket.set_tcp_user_timeout(Some(timeout));
             }
             set += 1;
         }

@@ -43,6 +43,9 @@ fn kept_pool(primary: &Arc<Primary>, acquire_timeout: Duration) -> PgPool {
 
 async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
+    // Its own reconnection would go through this pool's options, to the
+    // old writer, and retry at once without end: reconnecting is done here.
+    listener.eager_reconnect(false);
     listener.listen(CHANNEL).await?;
     Ok(listener)
 }
@@ -82,15 +85,15 @@ async fn run(
                 // fenced one must not be reused. The old one closes aside (a
                 // silent server holds it until the TCP timeout).
                 drop(listener);
-                let old = std::mem::replace(&mut pool, kept_pool(&primary, acquire_timeout));
-                tokio::spawn(async move { old.close().await });
                 if !moved {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(LONGEST_PAUSE);
+                    pause_unless_moved(&mut generation, &mut pause).await;
                 }
                 loop {
-                    pool = kept_pool(&primary, acquire_timeout);
+                    // Marked before the options are read: a move after this
+                    // is seen at the next turn, never lost.
                     generation.mark_unchanged();
+                    let old = std::mem::replace(&mut pool, kept_pool(&primary, acquire_timeout));
+                    tokio::spawn(async move { old.close().await });
                     match subscribe(&pool).await {
                         Ok(fresh) => {
                             listener = fresh;
@@ -102,10 +105,18 @@ async fn run(
                             tracing::warn!(%error, "cannot resubscribe to work notifications");
                         }
                     }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(LONGEST_PAUSE);
+                    pause_unless_moved(&mut generation, &mut pause).await;
                 }
             }
         }
     }
+}
+
+/// Back off before the next try, but not past a move of the writer.
+async fn pause_unless_moved(generation: &mut watch::Receiver<u64>, pause: &mut Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(*pause) => {}
+        _ = generation.changed() => {}
+    }
+    *pause = (*pause * 2).min(LONGEST_PAUSE);
 }

@@ -36,7 +36,7 @@ mod vacuum;
 mod write;
 
 pub use conninfo::is_keyword_form;
-pub use primary::{WriterState, is_unwritable};
+pub use primary::{WriterState, is_disconnect, is_unwritable};
 pub use schema::{DEFAULT_SCHEMA, check_schema_name, conn_info, connect_options, prepare};
 
 use std::future::Future;
@@ -54,8 +54,8 @@ use super::fair::Turn;
 use super::group_list::{self, GroupListRow};
 use super::{explain, rules};
 use crate::domain::{
-    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
-    Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
+    BackendFault, Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId,
+    RetryPolicy, Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
 };
 use crate::store::{
     ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
@@ -278,20 +278,14 @@ impl PostgresStore {
     /// Run one store call within [`Self::bound`].
     /// Given up only before its commit is sent (src/store/postgres/commit_gate.rs).
     async fn bounded<T>(&self, call: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        self.primary.gate()?;
         self.watched(commit_gate::within(self.bound, call).await)
     }
 
-    /// Pass `result` on; a database failure makes the replica look for the
-    /// writer again (src/store/postgres/primary.rs).
+    /// Pass `result` on; a failure that says something about the server
+    /// makes the replica look for the writer again (src/store/postgres/primary.rs).
     fn watched<T>(&self, result: StoreResult<T>) -> StoreResult<T> {
-        if let Err(StoreError::Backend { writer_lost, .. }) = &result {
-            self.primary.suspect(if *writer_lost {
-                primary::Suspicion::Unwritable
-            } else {
-                primary::Suspicion::Unreachable
-            });
-        }
-        result
+        self.primary.watch(result)
     }
 
     async fn begin(&self) -> StoreResult<Tx> {
@@ -389,7 +383,8 @@ impl SettlementOutcomeStore for PostgresStore {
             .bounded(async { Ok(check.fetch_one(&self.pool).await?) })
             .await?;
         if read_only {
-            return self.watched(Err(StoreError::writer_lost(
+            return self.watched(Err(StoreError::backend_fault(
+                BackendFault::WriterLost,
                 "the database server accepts no writes",
             )));
         }
@@ -434,6 +429,7 @@ impl SettlementOutcomeStore for PostgresStore {
         only: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
         // Bounded by the claim queue itself, which gives up only before commit.
+        self.primary.gate()?;
         self.watched(
             self.claim_due_batch(worker_id, now_ms, lease_ms, limit, only)
                 .await,
@@ -476,6 +472,7 @@ impl SettlementOutcomeStore for PostgresStore {
             policy,
             observed_at_ms,
         };
+        self.primary.gate()?;
         match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Outcomes(routes) => Ok(routes),
             _ => Err(StoreError::backend("an answer of the wrong kind")),
@@ -493,6 +490,7 @@ impl SettlementOutcomeStore for PostgresStore {
             extend_ms,
             now_ms,
         };
+        self.primary.gate()?;
         match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Extend(extended) => self.watched(extended),
             _ => Err(StoreError::backend("an answer of the wrong kind")),
@@ -504,6 +502,7 @@ impl SettlementOutcomeStore for PostgresStore {
             claim: claim.clone(),
             now_ms,
         };
+        self.primary.gate()?;
         match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Release(released) => self.watched(released),
             _ => Err(StoreError::backend("an answer of the wrong kind")),

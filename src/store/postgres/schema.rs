@@ -65,11 +65,12 @@ pub fn conn_info(url: &str, schema: &str) -> StoreResult<ConnInfo> {
         ))
     })?;
     for host in &mut info.hosts {
-        host.options = host
-            .options
-            .clone()
-            .application_name("settled")
-            .options([("search_path", schema)]);
+        let mut options = host.options.clone().options([("search_path", schema)]);
+        // Named "settled" unless the connection string names it.
+        if options.get_application_name().is_none() {
+            options = options.application_name("settled");
+        }
+        host.options = options;
     }
     Ok(info)
 }

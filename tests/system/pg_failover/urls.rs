@@ -124,7 +124,7 @@ async fn multi_host_urls_and_unhonoured_parameters() {
     let (before_schemas, before_databases) = leftovers(&empty, &base).await;
     let (_, empty_db) = Shared::of(&empty);
     let keyword = format!(
-        "host={host} port={port} user={} dbname={empty_db}{} gssencmode=prefer",
+        "host={host} port={port} user={} dbname={empty_db}{} gssencmode=require",
         shared.user,
         shared.password_keyword()
     );
