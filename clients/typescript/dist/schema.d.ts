@@ -27,7 +27,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The database is reachable and migrated. */
+        /** The database is reachable, migrated, and takes writes. */
         get: operations["health.ready"];
         put?: never;
         post?: never;
@@ -787,6 +787,24 @@ export interface components {
              */
             look_again_ms?: number | null;
         };
+        /** @description Which PostgreSQL server takes this replica's writes. */
+        DatabaseOut: {
+            /**
+             * Format: int64
+             * @description How many times this replica moved its connections to a new writer
+             *     since it started.
+             */
+            failovers: number;
+            /** @description Every host of `--database-url`, in the order they are named. */
+            hosts: string[];
+            /** @description The host in use, `host:port` as `--database-url` names it. */
+            primary: string;
+            /**
+             * @description False while the replica looks for a server that accepts writes
+             *     (`/readyz` answers 503 meanwhile).
+             */
+            writable: boolean;
+        };
         /** @description A receipt that failed for good and waits for an operator. */
         DeadLetter: {
             /**
@@ -1044,6 +1062,7 @@ export interface components {
         InfoOut: {
             backend: components["schemas"]["BackendKind"];
             caller?: components["schemas"]["CallerOut"] | null;
+            database?: components["schemas"]["DatabaseOut"] | null;
             limits: components["schemas"]["Limits"];
             retry_policy: components["schemas"]["RetryPolicy"];
             /** @description 64 hex characters identifying the database (the ledger) behind this server. */

@@ -155,6 +155,16 @@ ClaimsOut = TypedDict(
     },
 )
 
+DatabaseOut = TypedDict(
+    'DatabaseOut',
+    {
+        'failovers': int,
+        'hosts': list[str],
+        'primary': str,
+        'writable': bool,
+    },
+)
+
 DeadLetter = TypedDict(
     'DeadLetter',
     {
@@ -337,6 +347,7 @@ InfoOut = TypedDict(
     {
         'backend': BackendKind,
         'caller': NotRequired[CallerOut | None],
+        'database': NotRequired[DatabaseOut | None],
         'limits': Limits,
         'retry_policy': RetryPolicy,
         'store_binding': str,
