@@ -223,7 +223,6 @@ impl PostgresStore {
             .connect_with(connect.clone())
             .await
             .map_err(|e| explain::pg_connect(&connect, &e))?;
-        let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         // The first replica to get here picks the binding; every other one reads it back.
         sqlx::query(
             "INSERT INTO store_identity (id, binding) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
@@ -254,6 +253,8 @@ impl PostgresStore {
             notify.clone(),
         );
         let vacuum = vacuum::start(primary.clone(), options.vacuum_dead_rows);
+        // Last, once nothing can fail: the store's drop is what stops it.
+        let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         Ok(Self {
             pool,
             binding: SettlementStoreBinding::from_digest(digest),
