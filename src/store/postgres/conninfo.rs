@@ -13,6 +13,8 @@ use std::time::Duration;
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use sqlx::postgres::PgConnectOptions;
 
+use super::keepalive::TcpTimeouts;
+
 /// One host of the list: as written, and its own connect options.
 #[derive(Debug, Clone)]
 pub struct Host {
@@ -21,41 +23,6 @@ pub struct Host {
     pub options: PgConnectOptions,
     /// Its `hostaddr`, where given: the address connected to.
     pub address: Option<std::net::SocketAddr>,
-}
-
-/// Socket settings that notice a server that stopped answering without a
-/// reset; `None` leaves the system's default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TcpTimeouts {
-    /// Idle time before the first keepalive probe, the time between probes,
-    /// and how many unanswered probes end the connection.
-    pub keepalive: Option<(Duration, Duration, u32)>,
-    /// How long sent data may stay unacknowledged (`TCP_USER_TIMEOUT`).
-    pub user_timeout: Option<Duration>,
-}
-
-impl TcpTimeouts {
-    /// Give up on a silent server after about `total`: the keepalive probes
-    /// start at half of it, a second or more apart (the kernel counts whole
-    /// seconds), until the rest is used. Zero turns both off.
-    #[must_use]
-    pub fn within(total: Duration) -> Self {
-        if total.is_zero() {
-            return Self::default();
-        }
-        let total_s = total.as_secs().max(1);
-        let idle = (total_s / 2).max(1);
-        let interval = (total_s / 10).max(1);
-        let count = u32::try_from(((total_s - idle) / interval).max(1)).unwrap_or(u32::MAX);
-        Self {
-            keepalive: Some((
-                Duration::from_secs(idle),
-                Duration::from_secs(interval),
-                count,
-            )),
-            user_timeout: Some(total),
-        }
-    }
 }
 
 /// A parsed connection string.

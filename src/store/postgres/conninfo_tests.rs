@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::postgres::keepalive::TcpTimeouts;
 
 fn labels(text: &str) -> Vec<String> {
     parse(text)

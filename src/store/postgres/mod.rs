@@ -166,7 +166,7 @@ impl PostgresStore {
         let info = conn_info(url, &options.schema)?;
         let acquire_timeout = Duration::from_millis(options.connect_timeout_ms);
         let statement_timeout = options.statement_timeout_ms;
-        let tcp = info.tcp_timeouts(conninfo::TcpTimeouts::within(Duration::from_millis(
+        let tcp = info.tcp_timeouts(keepalive::TcpTimeouts::within(Duration::from_millis(
             options.tcp_timeout_ms,
         )));
         let single = info.hosts.len() == 1;

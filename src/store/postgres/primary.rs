@@ -28,8 +28,9 @@ use sqlx::PgConnection;
 use sqlx::postgres::PgConnectOptions;
 use tokio::sync::{Notify, watch};
 
-use super::conninfo::{Host, TcpTimeouts};
+use super::conninfo::Host;
 use super::keepalive;
+use super::keepalive::TcpTimeouts;
 use crate::domain::{BackendFault, StoreError};
 
 /// Asks a server whether it accepts writes, as libpq's `read-write` and
