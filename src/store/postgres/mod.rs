@@ -14,6 +14,15 @@ macro_rules! pg_receipt_columns {
     };
 }
 
+/// True where the server takes no writes, as libpq's `read-write` and
+/// `primary` checks judge together: the pool's and the writer check's
+/// question (`primary.rs`) and `/readyz`'s.
+macro_rules! refuses_writes {
+    () => {
+        "pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
+    };
+}
+
 mod batcher;
 mod careful;
 mod claim;
@@ -376,10 +385,10 @@ impl SettlementOutcomeStore for PostgresStore {
 
     async fn ping(&self) -> StoreResult<()> {
         // Migrated, and a writer: a demoted primary still answers reads.
-        let check = sqlx::query_as::<_, (i64, bool)>(
-            "SELECT (SELECT COUNT(*) FROM store_identity), \
-                    pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
-        );
+        let check = sqlx::query_as::<_, (i64, bool)>(concat!(
+            "SELECT (SELECT COUNT(*) FROM store_identity), ",
+            refuses_writes!()
+        ));
         let (_, read_only) = self
             .bounded(async { Ok(check.fetch_one(&self.pool).await?) })
             .await?;

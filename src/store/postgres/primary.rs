@@ -33,10 +33,8 @@ use super::keepalive;
 use super::keepalive::TcpTimeouts;
 use crate::domain::{BackendFault, StoreError};
 
-/// Asks a server whether it accepts writes, as libpq's `read-write` and
-/// `primary` checks do together.
-const READ_ONLY: &str =
-    "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'";
+/// Asks a server whether it refuses writes.
+const READ_ONLY: &str = concat!("SELECT ", refuses_writes!());
 
 /// Why a search was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
