@@ -158,6 +158,8 @@ pub enum StoreErrorClass {
     Conflict,
     /// Invalid or overflowing durable data.
     InvalidRecord,
+    /// A broken invariant of settled's own: a bug, not an outage.
+    Internal,
 }
 
 /// Why the store refused a claim (an outcome, extension or release). Each
@@ -203,6 +205,10 @@ pub enum StoreError {
     Conflict { kind: ConflictKind, detail: String },
     #[error("invalid settlement routing record: {detail}")]
     InvalidRecord { detail: String },
+    /// An invariant of settled's own failed (an answer missing or of the
+    /// wrong kind): retrying will not help, unlike a backend failure.
+    #[error("settlement routing invariant failed: {detail}")]
+    Internal { detail: String },
 }
 
 impl StoreError {
@@ -213,6 +219,7 @@ impl StoreError {
             Self::Backend { .. } => StoreErrorClass::Backend,
             Self::Conflict { .. } => StoreErrorClass::Conflict,
             Self::InvalidRecord { .. } => StoreErrorClass::InvalidRecord,
+            Self::Internal { .. } => StoreErrorClass::Internal,
         }
     }
 
@@ -227,6 +234,13 @@ impl StoreError {
     /// An overflow or corrupt row.
     pub fn invalid_record(detail: impl Into<String>) -> Self {
         Self::InvalidRecord {
+            detail: detail.into(),
+        }
+    }
+
+    /// A broken invariant of settled's own; the detail goes to the log only.
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self::Internal {
             detail: detail.into(),
         }
     }
@@ -287,6 +301,10 @@ mod tests {
             (
                 StoreError::invalid_record("negative counter"),
                 StoreErrorClass::InvalidRecord,
+            ),
+            (
+                StoreError::internal("an answer of the wrong kind"),
+                StoreErrorClass::Internal,
             ),
         ];
         for (error, expected) in cases {

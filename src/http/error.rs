@@ -90,14 +90,18 @@ pub enum ProblemCode {
     TooManyStreams,
     InvalidRecord,
     BackendUnavailable,
+    TimeLimitExceeded,
+    InternalError,
+    InvalidRailCode,
 }
 
 /// The kind of error: `validation` (fix the request), `conflict` (the
 /// receipt's state or lease does not allow it), `not_found`, `auth` (the
 /// token, or where the request came from), `capacity` (a limit of the
 /// server's, such as open streams, is reached: retry after `Retry-After`),
-/// `invalid_record` (a stored value is corrupt; nothing changed) or
-/// `backend` (retry later).
+/// `invalid_record` (a stored value is corrupt; nothing changed),
+/// `backend` (retry later) or `internal` (a fault of settled's own, logged
+/// with its cause: retry a few times at most, then report it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemClass {
@@ -108,6 +112,7 @@ pub enum ProblemClass {
     NotFound,
     Auth,
     Capacity,
+    Internal,
 }
 
 /// An error answered as problem+json.
@@ -129,6 +134,8 @@ pub enum Internal {
     Backend(String),
     /// A stored value is corrupt or would overflow.
     InvalidRecord(String),
+    /// A panic or a broken invariant of settled's own.
+    Fault(String),
 }
 
 impl ApiError {
@@ -196,6 +203,40 @@ impl ApiError {
             ProblemClass::Backend,
             detail,
         );
+        error.retry_after_s = Some(1);
+        error
+    }
+
+    /// 500 with class `internal`: a panic or a broken invariant, a bug
+    /// rather than an outage, so not a 503 that clients retry without end;
+    /// `internal` goes to the log only.
+    pub fn internal(internal: impl Into<String>) -> Self {
+        let mut error = Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ProblemCode::InternalError,
+            ProblemClass::Internal,
+            "settled failed internally (logged with this request's id); nothing is known to \
+             have changed: retry a few times at most, then report it",
+        );
+        error.internal = Some(Internal::Fault(internal.into()));
+        error
+    }
+
+    /// 504 with class `backend` and `Retry-After: 1`: the request ran past
+    /// the server's time limit (the database was slow to answer), which a
+    /// retry may not meet again.
+    pub fn time_limit(limit: std::time::Duration) -> Self {
+        let mut error = Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            ProblemCode::TimeLimitExceeded,
+            ProblemClass::Backend,
+            format!(
+                "the request ran past the server's time limit of {} s; it may or may not have \
+                 taken effect: retry later",
+                limit.as_secs()
+            ),
+        );
+        error.internal = Some(Internal::Backend("request time limit".to_owned()));
         error.retry_after_s = Some(1);
         error
     }
@@ -277,6 +318,7 @@ impl From<StoreError> for ApiError {
                 error
             }
             StoreError::Backend { detail, .. } => Self::unavailable(&detail),
+            StoreError::Internal { detail } => Self::internal(detail),
         }
     }
 }

@@ -271,12 +271,17 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 async fn time_limit(request: Request, next: Next) -> Response {
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => ApiError::unavailable("request timed out").into_response(),
+        Err(_) => ApiError::time_limit(REQUEST_TIMEOUT).into_response(),
     }
 }
 
-fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    ApiError::unavailable("handler panicked").into_response()
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    ApiError::internal(format!("handler panicked: {message}")).into_response()
 }
 
 /// Paths served outside the OpenAPI document.

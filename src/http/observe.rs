@@ -142,6 +142,9 @@ pub async fn observe(
         Some(Internal::InvalidRecord(error)) => tracing::error!(
             request_id = %id, method, route, status, latency_ms, caller, error, "invalid record"
         ),
+        Some(Internal::Fault(error)) => tracing::error!(
+            request_id = %id, method, route, status, latency_ms, caller, error, "internal fault"
+        ),
     }
     response
 }

@@ -234,7 +234,7 @@ async fn extend_batch(
             Ok((claim, _)) => {
                 let answer = extended
                     .next()
-                    .unwrap_or_else(|| Err(crate::domain::StoreError::backend("no result")));
+                    .unwrap_or_else(|| Err(crate::domain::StoreError::internal("no result")));
                 let (claim_out, error) = match app.checked(answer) {
                     Ok(claimed) => {
                         app.metrics.extended();

@@ -291,7 +291,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
             .await?;
         results
             .pop()
-            .unwrap_or_else(|| Err(StoreError::backend("no result")))
+            .unwrap_or_else(|| Err(StoreError::internal("no result")))
     }
 
     /// Extend many leases, each judged on its own (see
@@ -364,7 +364,7 @@ impl<'a> dyn SettlementOutcomeStore + 'a {
         let mut results = self.enqueue(std::slice::from_ref(receipt), now_ms).await?;
         results
             .pop()
-            .ok_or_else(|| StoreError::backend("no result"))
+            .ok_or_else(|| StoreError::internal("no result"))
     }
 }
 

@@ -58,13 +58,32 @@ crate::on_every_backend!(
     oversized_bodies_get_413_and_change_nothing
 );
 
-/// A store whose database is gone, with internals in its error text.
-struct BrokenStore;
+/// A store that fails every call the same way, with internals in its error text.
+struct BrokenStore(Fault);
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// The database is gone.
+    Down,
+    /// The code on the request path panics.
+    Panics,
+    /// An invariant of settled's own fails.
+    Invariant,
+    /// The database never answers.
+    Hangs,
+}
 
 const SECRET: &str = "SELECT lease_token FROM receipts -- /var/lib/settled/settled.db";
 
-fn down<T>() -> StoreResult<T> {
-    Err(StoreError::backend(SECRET))
+impl BrokenStore {
+    async fn fail<T>(&self) -> StoreResult<T> {
+        match self.0 {
+            Fault::Down => Err(StoreError::backend(SECRET)),
+            Fault::Panics => panic!("{SECRET}"),
+            Fault::Invariant => Err(StoreError::internal(SECRET)),
+            Fault::Hangs => std::future::pending().await,
+        }
+    }
 }
 
 #[async_trait]
@@ -79,10 +98,10 @@ impl SettlementOutcomeStore for BrokenStore {
         Arc::new(Notify::new())
     }
     async fn ping(&self) -> StoreResult<()> {
-        down()
+        self.fail().await
     }
     async fn enqueue(&self, _: &[NewReceipt], _: UnixMs) -> StoreResult<Vec<Enqueued>> {
-        down()
+        self.fail().await
     }
     async fn claim_receipt(
         &self,
@@ -91,7 +110,7 @@ impl SettlementOutcomeStore for BrokenStore {
         _: UnixMs,
         _: LeaseMs,
     ) -> StoreResult<ReceiptClaim> {
-        down()
+        self.fail().await
     }
     async fn claim_from(
         &self,
@@ -101,13 +120,13 @@ impl SettlementOutcomeStore for BrokenStore {
         _: ClaimLimit,
         _: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
-        down()
+        self.fail().await
     }
     async fn groups(&self, _: UnixMs, _: &GroupQuery) -> StoreResult<Vec<GroupView>> {
-        down()
+        self.fail().await
     }
     async fn set_group(&self, _: &GroupName, _: &GroupLimits, _: UnixMs) -> StoreResult<()> {
-        down()
+        self.fail().await
     }
     async fn record_claimed_outcomes(
         &self,
@@ -115,26 +134,26 @@ impl SettlementOutcomeStore for BrokenStore {
         _: RetryPolicy,
         _: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>> {
-        down()
+        self.fail().await
     }
     async fn extend_lease(&self, _: &Claim, _: LeaseMs, _: UnixMs) -> StoreResult<Claimed> {
-        down()
+        self.fail().await
     }
     async fn release_lease(&self, _: &Claim, _: UnixMs) -> StoreResult<()> {
-        down()
+        self.fail().await
     }
     async fn receipt(&self, _: &ReceiptId, _: UnixMs) -> StoreResult<Option<ReceiptView>> {
-        down()
+        self.fail().await
     }
     async fn dead_letters(
         &self,
         _: usize,
         _: Option<DeadLetterCursor>,
     ) -> StoreResult<Vec<DeadLetter>> {
-        down()
+        self.fail().await
     }
     async fn dead_letter(&self, _: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
-        down()
+        self.fail().await
     }
     async fn act(
         &self,
@@ -144,22 +163,22 @@ impl SettlementOutcomeStore for BrokenStore {
         _: UnixMs,
         _: bool,
     ) -> StoreResult<Vec<ActionResult>> {
-        down()
+        self.fail().await
     }
     async fn status(&self, _: UnixMs, _: usize) -> StoreResult<StatusView> {
-        down()
+        self.fail().await
     }
     async fn purge_finished(&self, _: UnixMs, _: usize) -> StoreResult<u64> {
-        down()
+        self.fail().await
     }
     async fn history_feed(&self, _: FeedStart, _: usize) -> StoreResult<FeedRead> {
-        down()
+        self.fail().await
     }
     async fn add_stats(&self, _: &[StatsMinute], _: UnixMs) -> StoreResult<()> {
-        down()
+        self.fail().await
     }
     async fn stats(&self, _: UnixMs, _: UnixMs) -> StoreResult<Vec<StatsMinute>> {
-        down()
+        self.fail().await
     }
     async fn find_receipts(
         &self,
@@ -167,17 +186,18 @@ impl SettlementOutcomeStore for BrokenStore {
         _: &SearchPage,
         _: UnixMs,
     ) -> StoreResult<SearchResults> {
-        down()
+        self.fail().await
     }
 }
 
-#[tokio::test]
-async fn a_failing_database_answers_503_backend_without_internals() {
+/// Every request of `calls` against a store failing with `fault` answers
+/// `status` with `code` and `class`, showing none of the store's internals.
+async fn every_call_answers(fault: Fault, status: u16, code: &str, class: &str) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (_stop, rx) = tokio::sync::watch::channel(false);
     let state = AppState::new(
-        Arc::new(BrokenStore),
+        Arc::new(BrokenStore(fault)),
         RetryPolicy::default(),
         Arc::new(ManualClock::new(1)),
         rx,
@@ -250,15 +270,21 @@ async fn a_failing_database_answers_503_backend_without_internals() {
             request = request.header("content-type", "application/json");
         }
         let response = request.send().await.unwrap();
-        assert_eq!(response.status().as_u16(), 503, "{method} {path}");
+        assert_eq!(response.status().as_u16(), status, "{fault:?}: {method} {path}");
         assert_eq!(
             response.headers()["content-type"],
             "application/problem+json"
         );
+        // Only an outage says when to come back: a bug does not pass by waiting.
+        assert_eq!(
+            response.headers().contains_key("retry-after"),
+            status == 503,
+            "{fault:?}: {method} {path}"
+        );
         let text = response.text().await.unwrap();
         let body: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(body["class"], "backend", "{method} {path}");
-        assert_eq!(body["code"], "backend_unavailable");
+        assert_eq!(body["class"], class, "{fault:?}: {method} {path}");
+        assert_eq!(body["code"], code, "{fault:?}: {method} {path}");
         for leak in ["SELECT", "/var/lib", "lease_token FROM"] {
             assert!(
                 !text.contains(leak),
@@ -287,4 +313,51 @@ async fn a_failing_database_answers_503_backend_without_internals() {
             .as_u16(),
         200
     );
+}
+
+#[tokio::test]
+async fn a_failing_database_answers_503_backend_without_internals() {
+    every_call_answers(Fault::Down, 503, "backend_unavailable", "backend").await;
+}
+
+#[tokio::test]
+async fn a_panic_answers_500_internal_error_without_internals() {
+    every_call_answers(Fault::Panics, 500, "internal_error", "internal").await;
+}
+
+#[tokio::test]
+async fn a_broken_invariant_answers_500_internal_error_without_internals() {
+    every_call_answers(Fault::Invariant, 500, "internal_error", "internal").await;
+}
+
+/// A request the database never answers ends at the server's time limit
+/// (30 s, on a paused clock here) with a code of its own, not as an outage.
+#[tokio::test(start_paused = true)]
+async fn a_request_past_the_time_limit_answers_504_time_limit_exceeded() {
+    use tower::ServiceExt;
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let state = AppState::new(
+        Arc::new(BrokenStore(Fault::Hangs)),
+        RetryPolicy::default(),
+        Arc::new(ManualClock::new(1)),
+        rx,
+    );
+    let request = axum::http::Request::post("/v1/receipts")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(
+            r#"{"receipt_id": "r", "finalized_at": 1}"#,
+        ))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let response = settled::http::app(state).oneshot(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 504);
+    assert!(started.elapsed() >= std::time::Duration::from_secs(30));
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], "time_limit_exceeded");
+    assert_eq!(body["class"], "backend");
 }

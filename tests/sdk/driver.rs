@@ -120,6 +120,46 @@ fn the_typescript_sdk_keeps_the_worker_rules_on_postgres() {
     scenarios("node", "postgres");
 }
 
+/// What must never strand a receipt (tests/sdk/robustness.py, tests/sdk/robustness.mjs): hooks
+/// that raise or return nothing, codes and transcripts the server refuses, answers that are not
+/// JSON, 500s, an abort with a claim in flight, Ctrl-C on an idle worker. SQLite only: what is
+/// tested is the SDK's side, the same whatever the backend.
+fn robustness(lang: &str) {
+    let _turn = one_at_a_time();
+    if !ready(&format!("{lang} SDK robustness tests")) {
+        return;
+    }
+    let mut command = match lang {
+        "python" => {
+            let mut c = Command::new(python());
+            c.arg(project().join("tests/sdk/robustness.py"));
+            c
+        }
+        _ => {
+            let mut c = Command::new("node");
+            c.arg(project().join("tests/sdk/robustness.mjs"));
+            c
+        }
+    };
+    command
+        .env("SETTLED_BIN", env!("CARGO_BIN_EXE_settled"))
+        .current_dir(project());
+    assert!(
+        run(&format!("{lang} SDK robustness"), &mut command),
+        "the {lang} SDK strands a receipt or dies on a fault (its output is above)"
+    );
+}
+
+#[test]
+fn the_python_sdk_never_strands_a_receipt() {
+    robustness("python");
+}
+
+#[test]
+fn the_typescript_sdk_never_strands_a_receipt() {
+    robustness("node");
+}
+
 /// The SDKs run each handler inside a span that continues the producer's
 /// trace (tests/sdk/traces.py, tests/sdk/traces.mjs).
 fn traces(lang: &str) {

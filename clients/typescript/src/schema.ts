@@ -1202,17 +1202,18 @@ export interface components {
          *     receipt's state or lease does not allow it), `not_found`, `auth` (the
          *     token, or where the request came from), `capacity` (a limit of the
          *     server's, such as open streams, is reached: retry after `Retry-After`),
-         *     `invalid_record` (a stored value is corrupt; nothing changed) or
-         *     `backend` (retry later).
+         *     `invalid_record` (a stored value is corrupt; nothing changed),
+         *     `backend` (retry later) or `internal` (a fault of settled's own, logged
+         *     with its cause: retry a few times at most, then report it).
          * @enum {string}
          */
-        ProblemClass: "validation" | "conflict" | "invalid_record" | "backend" | "not_found" | "auth" | "capacity";
+        ProblemClass: "validation" | "conflict" | "invalid_record" | "backend" | "not_found" | "auth" | "capacity" | "internal";
         /**
          * @description What went wrong, as a stable machine code: program against this. Each is
          *     explained, with what a client should do, in docs/troubleshooting.md.
          * @enum {string}
          */
-        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_trace_context" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
+        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_trace_context" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable" | "time_limit_exceeded" | "internal_error" | "invalid_rail_code";
         /**
          * @description A token bucket: `per_second` claims per second on average, at most
          *     `burst` at once.

@@ -245,7 +245,7 @@ async fn run_contained<J: Mergeable>(
     commit_gate::spawned_within(
         bound,
         async move { J::run(&pool, &jobs).await },
-        || failed(StoreError::backend("a write failed unexpectedly")),
+        || failed(StoreError::internal("a write task panicked")),
         failed,
     )
     .await

@@ -288,7 +288,7 @@ pub(super) async fn extend_round(
         let slot = usize::try_from(extended.b_item - 1)
             .ok()
             .and_then(|i| out.get_mut(i))
-            .ok_or_else(|| StoreError::backend("extension answered an unknown item"))?;
+            .ok_or_else(|| StoreError::internal("extension answered an unknown item"))?;
         *slot = Some(extended.row);
     }
     Ok(out)

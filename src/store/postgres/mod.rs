@@ -485,7 +485,7 @@ impl SettlementOutcomeStore for PostgresStore {
         self.primary.gate()?;
         match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Outcomes(routes) => Ok(routes),
-            _ => Err(StoreError::backend("an answer of the wrong kind")),
+            _ => Err(StoreError::internal("an answer of the wrong kind")),
         }
     }
 
@@ -503,7 +503,7 @@ impl SettlementOutcomeStore for PostgresStore {
         self.primary.gate()?;
         match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Extend(extended) => self.watched(extended),
-            _ => Err(StoreError::backend("an answer of the wrong kind")),
+            _ => Err(StoreError::internal("an answer of the wrong kind")),
         }
     }
 
@@ -515,7 +515,7 @@ impl SettlementOutcomeStore for PostgresStore {
         self.primary.gate()?;
         match self.watched(self.writes.run(job).await)? {
             outcome::Answer::Release(released) => self.watched(released),
-            _ => Err(StoreError::backend("an answer of the wrong kind")),
+            _ => Err(StoreError::internal("an answer of the wrong kind")),
         }
     }
 

@@ -64,8 +64,8 @@ impl Job {
     fn empty_answer(&self) -> Answer {
         match self {
             Self::Outcomes { .. } => Answer::Outcomes(Vec::new()),
-            Self::Extend { .. } => Answer::Extend(Err(StoreError::backend("no answer"))),
-            Self::Release { .. } => Answer::Release(Err(StoreError::backend("no answer"))),
+            Self::Extend { .. } => Answer::Extend(Err(StoreError::internal("no answer"))),
+            Self::Release { .. } => Answer::Release(Err(StoreError::internal("no answer"))),
         }
     }
 }
@@ -346,12 +346,12 @@ async fn run_in(conn: &mut PgConnection, jobs: &[Job]) -> StoreResult<Option<(Ve
     let wakes = answers.iter().flatten().any(UnitAnswer::wakes);
     let mut out: Vec<Answer> = jobs.iter().map(Job::empty_answer).collect();
     for (unit, answer) in units.iter().zip(answers) {
-        let answer = answer.ok_or_else(|| StoreError::backend("an item was left unanswered"))?;
+        let answer = answer.ok_or_else(|| StoreError::internal("an item was left unanswered"))?;
         match (&mut out[unit.job], answer) {
             (Answer::Outcomes(routes), UnitAnswer::Route(route)) => routes.push(route),
             (Answer::Extend(slot), UnitAnswer::Extended(extended)) => *slot = extended,
             (Answer::Release(slot), UnitAnswer::Released(released)) => *slot = released,
-            _ => return Err(StoreError::backend("an answer of the wrong kind")),
+            _ => return Err(StoreError::internal("an answer of the wrong kind")),
         }
     }
     Ok(Some((out, wakes)))

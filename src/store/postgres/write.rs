@@ -105,7 +105,7 @@ async fn enqueue_all(tx: &mut Tx, receipts: &[NewReceipt], now: i64) -> StoreRes
         let stored = existing
             .as_ref()
             .and_then(|rows| rows.get(id))
-            .ok_or_else(|| StoreError::backend("receipt vanished during enqueue"))?;
+            .ok_or_else(|| StoreError::internal("receipt vanished during enqueue"))?;
         results.push(rules::same_identity(stored, receipt)?);
     }
     Ok(results)

@@ -79,7 +79,7 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
         } else {
             // Created by an earlier occurrence in this batch.
             let stored = row(conn, id)?
-                .ok_or_else(|| StoreError::backend("receipt vanished during enqueue"))?;
+                .ok_or_else(|| StoreError::internal("receipt vanished during enqueue"))?;
             rules::same_identity(&stored, &item.receipt)?
         };
         results.push(result);

@@ -223,7 +223,7 @@ fn lost() -> StoreError {
 fn one<T>(mut results: Vec<StoreResult<T>>) -> StoreResult<T> {
     results
         .pop()
-        .unwrap_or_else(|| Err(StoreError::backend("no result")))
+        .unwrap_or_else(|| Err(StoreError::internal("no result")))
 }
 
 /// Run `op` in a savepoint: kept when it succeeds, undone when it fails or
