@@ -68,8 +68,9 @@ impl GroupName {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rate {
-    /// Tokens added per second (a claimed receipt takes one): > 0, at most 1000000.
-    #[schema(exclusive_minimum = 0, maximum = 1_000_000)]
+    /// Tokens added per second (a claimed receipt takes one): at least one a
+    /// day (1/86400, 0.000011574074074074073), at most 1000000.
+    #[schema(minimum = 0.000_011_574_074_074_074_073, maximum = 1_000_000)]
     pub per_second: f64,
     /// The bucket's size: how many may be claimed at once after a quiet
     /// spell, 1..=1000000.
@@ -80,11 +81,24 @@ pub struct Rate {
 /// Largest rate and burst an operator may set.
 pub const MAX_RATE: f64 = 1_000_000.0;
 
+/// Smallest rate: one claim a day. A slower bucket would tell workers to
+/// look again after more than a day, longer than any wait settled answers.
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
+
+/// The longest `look_again_ms` settled answers: a day.
+pub const MAX_LOOK_AGAIN_MS: u64 = 86_400_000;
+
 impl Rate {
     /// A rate within bounds, or why not.
     pub fn new(per_second: f64, burst: u64) -> Result<Self, &'static str> {
-        if !(per_second.is_finite() && per_second > 0.0 && per_second <= MAX_RATE) {
-            return Err("rate.per_second must be > 0 and at most 1000000");
+        // A hair of slack below one a day: JSON's decimal for 1/86400 may
+        // read back one unit in the last place below it.
+        if !(per_second.is_finite() && (MIN_RATE * 0.999_999_999..=MAX_RATE).contains(&per_second))
+        {
+            return Err(
+                "rate.per_second must be at least one a day (1/86400 = 0.000011574074074074073) \
+                 and at most 1000000",
+            );
         }
         if burst == 0 || burst as f64 > MAX_RATE {
             return Err("rate.burst must be 1..=1000000");
@@ -113,8 +127,9 @@ impl Rate {
             return 0;
         }
         let ms = ((1.0 - tokens) * 1000.0 / self.per_second).ceil();
-        // At least 1 ms: a look sooner would find the same bucket.
-        (ms as u64).max(1)
+        // At least 1 ms: a look sooner would find the same bucket. At most a
+        // day, whatever a rate stored before rates were bounded says.
+        (ms as u64).clamp(1, MAX_LOOK_AGAIN_MS)
     }
 }
 
@@ -274,6 +289,18 @@ mod tests {
         assert_eq!(rate.ms_until_token(0.5), 50);
         assert_eq!(rate.ms_until_token(1.0), 0);
         assert!(Rate::new(0.0, 1).is_err());
+        // One a day is the slowest: a worker is never told to wait longer.
+        assert!(Rate::new(0.000_01, 1).is_err());
+        let daily = Rate::new(MIN_RATE, 1).unwrap();
+        assert_eq!(daily.ms_until_token(0.0), MAX_LOOK_AGAIN_MS);
+        assert_eq!(
+            Rate {
+                per_second: 1e-300,
+                burst: 1
+            }
+            .ms_until_token(0.0),
+            MAX_LOOK_AGAIN_MS
+        );
         assert!(Rate::new(f64::NAN, 1).is_err());
         assert!(Rate::new(1.0, 0).is_err());
     }

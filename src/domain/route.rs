@@ -4,16 +4,20 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use utoipa::ToSchema;
 
+use super::rail_code::RailCode;
 use super::reasons::{SettlementFailureCode, SettlementSkipReason};
 use super::text::TranscriptId;
 
-/// A failure as the store keeps it: the code and the SHA-256 of the detail text.
+/// A failure as the store keeps it: the code, the SHA-256 of the detail
+/// text and the rail's own code, if the worker gave one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettlementFailureReason {
     /// The failure code.
     pub code: SettlementFailureCode,
     /// Lower-case hex SHA-256 of the worker's detail text (the text itself is never stored).
     pub detail_sha256: String,
+    /// The rail's own word for the failure, shown beside `code`.
+    pub rail_code: Option<RailCode>,
 }
 
 impl SettlementFailureReason {
@@ -24,7 +28,15 @@ impl SettlementFailureReason {
         Self {
             code,
             detail_sha256: hex::encode(Sha256::digest(detail.as_bytes())),
+            rail_code: None,
         }
+    }
+
+    /// The same failure with the rail's own code.
+    #[must_use]
+    pub fn with_rail_code(mut self, rail_code: Option<RailCode>) -> Self {
+        self.rail_code = rail_code;
+        self
     }
 }
 

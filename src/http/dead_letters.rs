@@ -32,7 +32,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
 pub struct PageQuery {
     /// 1..=1000, default 100.
     pub limit: Option<usize>,
-    /// The `next` cursor of the previous page.
+    /// The `next_cursor` of the previous page (as `GET /v1/receipts` takes it).
+    pub cursor: Option<String>,
+    /// The same as `cursor`, under its older name.
     pub after: Option<String>,
 }
 
@@ -40,8 +42,14 @@ pub struct PageQuery {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeadLettersOut {
     pub dead_letters: Vec<DeadLetter>,
-    /// Pass as `after` for the next page; absent on the last page.
+    /// Pass as `cursor` for the next page; null on the last page (the same
+    /// shape as `GET /v1/receipts`).
+    #[schema(required = true)]
+    pub next_cursor: Option<String>,
+    /// The same as `next_cursor` under its older name, absent on the last
+    /// page; kept for clients written before `next_cursor`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(deprecated)]
     pub next: Option<String>,
 }
 
@@ -57,7 +65,7 @@ fn decode_cursor(text: &str) -> Result<DeadLetterCursor, ApiError> {
     let bad = || {
         ApiError::validation(
             ProblemCode::InvalidCursor,
-            "after must be a `next` value from a previous page",
+            "cursor must be a `next_cursor` value from a previous page",
         )
     };
     let (at, id) = text.split_once('.').ok_or_else(bad)?;
@@ -87,7 +95,15 @@ async fn list(
             "limit must be 1..=1000",
         ));
     }
-    let after = query.after.as_deref().map(decode_cursor).transpose()?;
+    let after = match (query.cursor.as_deref(), query.after.as_deref()) {
+        (Some(cursor), Some(after)) if cursor != after => {
+            return Err(ApiError::validation(
+                ProblemCode::InvalidCursor,
+                "give the cursor once: `cursor` (or its older name `after`)",
+            ));
+        }
+        (cursor, after) => cursor.or(after).map(decode_cursor).transpose()?,
+    };
     // One extra row tells whether another page exists.
     let mut dead_letters = app.store.dead_letters(limit + 1, after).await?;
     let more = dead_letters.len() > limit;
@@ -97,7 +113,11 @@ async fn list(
     } else {
         None
     };
-    Ok(Json(DeadLettersOut { dead_letters, next }))
+    Ok(Json(DeadLettersOut {
+        dead_letters,
+        next_cursor: next.clone(),
+        next,
+    }))
 }
 
 /// One dead letter.
@@ -157,6 +177,11 @@ mod tests {
             attempts: 1,
             code: crate::domain::SettlementFailureCode::Rpc,
             detail_sha256: String::new(),
+            last_failure: crate::store::FailureView {
+                code: crate::domain::SettlementFailureCode::Rpc,
+                detail_sha256: String::new(),
+                rail_code: None,
+            },
             dead_lettered_at_ms: 0,
             group: "default".into(),
         };

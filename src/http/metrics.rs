@@ -44,6 +44,7 @@ pub struct Metrics {
     expiries: Counter,
     receipts: Family<StateLabels, Gauge>,
     scheduled: Gauge,
+    held: Gauge,
     oldest_due: Gauge<f64, AtomicU64>,
     dead_letters: Gauge,
     history_streams: Gauge,
@@ -159,6 +160,12 @@ impl Default for Metrics {
             "Pending receipts not due yet (visible_at_ms ahead)",
             scheduled.clone(),
         );
+        let held = Gauge::default();
+        registry.register(
+            "held_receipts",
+            "Active receipts an operator holds (counted in their state too)",
+            held.clone(),
+        );
         let oldest_due = Gauge::<f64, AtomicU64>::default();
         registry.register_with_unit(
             "oldest_due_age",
@@ -247,6 +254,7 @@ impl Default for Metrics {
             expiries,
             receipts,
             scheduled,
+            held,
             oldest_due,
             dead_letters,
             history_streams,
@@ -409,6 +417,8 @@ impl Metrics {
         }
         self.scheduled
             .set(i64::try_from(status.counts.scheduled).unwrap_or(i64::MAX));
+        self.held
+            .set(i64::try_from(status.counts.held).unwrap_or(i64::MAX));
         self.oldest_due
             .set(status.oldest_due_age_ms as f64 / 1000.0);
         self.dead_letters

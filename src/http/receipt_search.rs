@@ -61,6 +61,10 @@ pub struct FindQuery {
     /// Only receipts of this priority (-1000..=1000).
     #[param(minimum = -1000, maximum = 1000)]
     pub priority: Option<i64>,
+    /// The last failure's rail code, e.g. `card_declined` (1..=64
+    /// characters of `[A-Za-z0-9_.:-]`).
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
+    pub rail_code: Option<String>,
     /// `newest` (default) or `oldest` `finalized_at` first.
     pub order: Option<SearchOrder>,
     /// Receipts per page: 1..=500, default 50.
@@ -86,6 +90,7 @@ pub struct FilterIn {
     pub held: Option<bool>,
     pub group: Option<String>,
     pub priority: Option<i64>,
+    pub rail_code: Option<String>,
 }
 
 impl FilterIn {
@@ -103,6 +108,7 @@ impl FilterIn {
             held: self.held,
             group: self.group,
             priority: self.priority,
+            rail_code: self.rail_code,
             ..FindQuery::default()
         }
         .filter()
@@ -187,6 +193,11 @@ impl FindQuery {
                 .transpose()?
                 .map(|g| g.as_str().to_owned()),
             priority: self.priority.map(super::wire::parse_priority).transpose()?,
+            rail_code: self
+                .rail_code
+                .as_deref()
+                .map(super::wire::parse_rail_code)
+                .transpose()?,
         })
     }
 

@@ -8,8 +8,8 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem, ProblemCode};
 use crate::domain::{
-    Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, Priority, ReceiptId, Route,
-    SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TranscriptId, U63,
+    Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, Priority, RailCode, ReceiptId,
+    Route, SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TranscriptId, U63,
     WorkerId,
 };
 mod receipt_in;
@@ -69,6 +69,12 @@ pub enum OutcomeIn {
         /// Free text; only its SHA-256 is stored.
         #[serde(default)]
         detail: String,
+        /// The rail's own code for the failure, e.g. `card_declined` (1..=64
+        /// characters of `[A-Za-z0-9_.:-]`): kept in history and shown
+        /// beside `code`, which alone decides retry or dead letter.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
+        rail_code: Option<String>,
         /// The rail's own wait before another try, in ms (its `Retry-After`):
         /// the retry waits the longer of this and the policy's backoff, at
         /// most the policy's `backoff_cap_ms`; recorded in the history entry.
@@ -83,6 +89,12 @@ pub enum OutcomeIn {
         /// Free text; only its SHA-256 is stored.
         #[serde(default)]
         detail: String,
+        /// The rail's own code for the failure, e.g. `card_declined` (1..=64
+        /// characters of `[A-Za-z0-9_.:-]`): kept in history and shown
+        /// beside `code`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
+        rail_code: Option<String>,
     },
 }
 
@@ -99,6 +111,7 @@ impl OutcomeIn {
             Self::Retryable {
                 code,
                 detail,
+                rail_code,
                 retry_after_ms,
             } => {
                 if retry_after_ms.is_some_and(|ms| !fits_i64(ms)) {
@@ -108,15 +121,27 @@ impl OutcomeIn {
                     ));
                 }
                 Outcome::Retryable {
-                    reason: SettlementFailureReason::new(code, &detail),
+                    reason: SettlementFailureReason::new(code, &detail)
+                        .with_rail_code(rail_code.as_deref().map(parse_rail_code).transpose()?),
                     retry_after_ms,
                 }
             }
-            Self::Permanent { code, detail } => Outcome::Permanent {
-                reason: SettlementFailureReason::new(code, &detail),
+            Self::Permanent {
+                code,
+                detail,
+                rail_code,
+            } => Outcome::Permanent {
+                reason: SettlementFailureReason::new(code, &detail)
+                    .with_rail_code(rail_code.as_deref().map(parse_rail_code).transpose()?),
             },
         })
     }
+}
+
+/// A rail code (`domain::RailCode`).
+pub fn parse_rail_code(value: &str) -> Result<RailCode, ApiError> {
+    RailCode::parse(value)
+        .map_err(|e| ApiError::validation(ProblemCode::InvalidRailCode, e.to_string()))
 }
 
 /// A worker id: 1..=128 bytes, and no control characters.

@@ -47,7 +47,9 @@ pub fn limits(
         (Some(per_second), Some(burst)) => Some(
             u64::try_from(burst)
                 .ok()
-                .and_then(|b| Rate::new(per_second, b).ok())
+                // A rate stored before rates were bounded below is read as
+                // the slowest allowed (one a day).
+                .and_then(|b| Rate::new(per_second.max(crate::domain::MIN_RATE), b).ok())
                 .ok_or_else(|| corrupt("rate"))?,
         ),
         _ => None,

@@ -28,6 +28,7 @@ pub struct ReceiptRow {
     pub lease_until_ms: Option<i64>,
     pub failure_code: Option<String>,
     pub failure_sha256: Option<String>,
+    pub failure_rail_code: Option<String>,
     pub transcript_id: Option<String>,
     pub skip_reason: Option<String>,
     pub finished_at_ms: Option<i64>,
@@ -49,7 +50,7 @@ macro_rules! receipt_columns {
         "receipt_id, finalized_at, observation, status, attempts, row_version, \
          next_visible_at_ms, lease_owner, lease_token, lease_until_ms, failure_code, \
          failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, cancel_reason, \
-         receipt_group, priority, traceparent, tracestate"
+         receipt_group, priority, traceparent, tracestate, failure_rail_code"
     };
 }
 
@@ -57,7 +58,7 @@ macro_rules! receipt_columns {
 macro_rules! history_columns {
     () => {
         "attempt, outcome, code, detail_sha256, transcript_id, reason, worker_id, \
-         observed_at_ms, route, actor, note, retry_after_ms"
+         observed_at_ms, route, actor, note, retry_after_ms, rail_code"
     };
 }
 pub(crate) use {history_columns, receipt_columns};
@@ -77,6 +78,7 @@ pub struct HistoryRow {
     pub actor: Option<String>,
     pub note: Option<String>,
     pub retry_after_ms: Option<i64>,
+    pub rail_code: Option<String>,
 }
 
 fn corrupt(what: &str) -> StoreError {
@@ -221,6 +223,11 @@ impl ReceiptRow {
             attempts: to_u32(self.attempts, "attempts")?,
             code: code(c)?,
             detail_sha256: sha.clone(),
+            last_failure: FailureView {
+                code: code(c)?,
+                detail_sha256: sha.clone(),
+                rail_code: self.failure_rail_code.clone(),
+            },
             dead_lettered_at_ms: to_u64(at, "dead_lettered_at_ms")?,
             group: self.receipt_group.clone(),
         }))
@@ -240,6 +247,7 @@ impl ReceiptRow {
             (Some(c), Some(sha)) => Some(FailureView {
                 code: code(c)?,
                 detail_sha256: sha.clone(),
+                rail_code: self.failure_rail_code.clone(),
             }),
             _ => None,
         };
@@ -283,6 +291,7 @@ impl HistoryRow {
             outcome: self.outcome,
             code: self.code.as_deref().map(code).transpose()?,
             detail_sha256: self.detail_sha256,
+            rail_code: self.rail_code,
             transcript_id: self.transcript_id,
             reason: self.reason.as_deref().map(reason).transpose()?,
             worker_id: self.worker_id,

@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 
 use super::rows::{ReceiptRow, to_u64};
 use super::{FailureView, LeaseView, ReceiptState, Status, StoreResult};
-use crate::domain::{Priority, SettlementFailureCode, WorkerId};
+use crate::domain::{Priority, RailCode, SettlementFailureCode, WorkerId};
 
 /// Rows examined per page at most when a filter is checked row by row.
 pub const SCAN_BUDGET: usize = 1000;
@@ -128,6 +128,8 @@ pub struct ReceiptFilter {
     pub group: Option<String>,
     /// The receipt's priority.
     pub priority: Option<Priority>,
+    /// The last failure's rail code (checked row by row: no index holds it).
+    pub rail_code: Option<RailCode>,
 }
 
 impl ReceiptFilter {
@@ -168,6 +170,10 @@ impl ReceiptFilter {
                 .is_some_and(|f| u64::try_from(f).is_ok_and(|f| self.finished_ms.contains(f)));
         let group_ok = self.group.as_deref().is_none_or(|g| row.receipt_group == g);
         let priority_ok = self.priority.is_none_or(|p| row.priority == p.stored());
+        let rail_ok = self
+            .rail_code
+            .as_ref()
+            .is_none_or(|r| row.failure_rail_code.as_deref() == Some(r.as_str()));
         Ok(state_ok
             && code_ok
             && owner_ok
@@ -176,7 +182,8 @@ impl ReceiptFilter {
             && finished_ok
             && held_ok
             && group_ok
-            && priority_ok)
+            && priority_ok
+            && rail_ok)
     }
 
     /// The filter as canonical text: equal filters, equal text.
@@ -191,6 +198,10 @@ impl ReceiptFilter {
         let priority = self
             .priority
             .map_or_else(String::new, |p| format!(";priority={p}"));
+        let rail_code = self
+            .rail_code
+            .as_ref()
+            .map_or_else(String::new, |r| format!(";rail_code={}", r.as_str()));
         format!(
             "state={};code={};owner={};prefix={};finalized={};finished_ms={};held={}",
             self.state.map_or("", StateFilter::as_str),
@@ -204,6 +215,7 @@ impl ReceiptFilter {
             self.held.map_or("", |h| if h { "true" } else { "false" }),
         ) + &group
             + &priority
+            + &rail_code
     }
 
     /// The index ranges that can hold a match (none: nothing can match).
@@ -267,6 +279,9 @@ impl ReceiptFilter {
     /// (so that a page may need to examine more rows than it returns).
     #[must_use]
     pub fn checks_rows(&self) -> bool {
+        if self.rail_code.is_some() {
+            return true;
+        }
         if self.code.is_some() {
             return self.state.is_some()
                 || self.owner.is_some()

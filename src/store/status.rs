@@ -39,12 +39,13 @@ pub fn state_counts(buckets: Buckets, live: (i64, i64)) -> StoreResult<Vec<(Stri
 }
 
 /// Assemble `/v1/status` from per-state counts, the pending receipts not
-/// yet visible, the oldest due time and per-state samples (each already
-/// limited to `limit` rows).
+/// yet visible, the receipts held, the oldest due time and per-state
+/// samples (each already limited to `limit` rows).
 pub fn build_status(
     now: i64,
     counted: Vec<(String, i64)>,
     scheduled: i64,
+    held: i64,
     oldest_due_ms: Option<i64>,
     samples: Vec<(ReceiptState, Vec<SampleRow>)>,
 ) -> StoreResult<StatusView> {
@@ -57,6 +58,7 @@ pub fn build_status(
         counts.add(state, to_u64(n, "count")?);
     }
     counts.scheduled = to_u64(scheduled, "scheduled")?;
+    counts.held = to_u64(held, "held")?;
     let oldest_due_age_ms =
         oldest_due_ms.map_or(Ok(0), |t| to_u64(now.saturating_sub(t).max(0), "age"))?;
     let mut out = std::collections::BTreeMap::new();

@@ -71,6 +71,10 @@ pub struct FailureView {
     pub code: SettlementFailureCode,
     /// SHA-256 (hex) of the worker's detail text.
     pub detail_sha256: String,
+    /// The rail's own code for the failure (e.g. `card_declined`), when the
+    /// worker gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rail_code: Option<String>,
 }
 
 /// A receipt that failed for good and waits for an operator.
@@ -81,10 +85,15 @@ pub struct DeadLetter {
     pub finalized_at: u64,
     /// Total invocations, the last (failed) one included.
     pub attempts: u32,
-    /// Why the last invocation failed.
+    /// Why the last invocation failed (the same as `last_failure.code`, kept
+    /// for clients written before `last_failure`).
     pub code: SettlementFailureCode,
-    /// SHA-256 (hex) of the worker's `detail` text; the text itself is not kept.
+    /// SHA-256 (hex) of the worker's `detail` text; the text itself is not
+    /// kept (the same as `last_failure.detail_sha256`).
     pub detail_sha256: String,
+    /// The failure that dead-lettered it, in the shape `GET /v1/receipts`
+    /// and `GET /v1/receipts/{id}` show it.
+    pub last_failure: FailureView,
     /// When it was dead-lettered (server ms).
     pub dead_lettered_at_ms: u64,
     /// The receipt's group (docs/groups.md).
@@ -109,6 +118,10 @@ pub struct HistoryEntry {
     /// SHA-256 (hex) of a failure's `detail` text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail_sha256: Option<String>,
+    /// The rail's own code for a failure (e.g. `card_declined`), when the
+    /// worker gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rail_code: Option<String>,
     /// The rail's transcript id of an `accepted` outcome.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript_id: Option<String>,
@@ -243,6 +256,10 @@ pub struct StateCounts {
     /// not yet visible. `pending - scheduled` are due now. Not a state of its own, so the six
     /// states still add up to every receipt.
     pub scheduled: u64,
+    /// Of the active receipts (`pending`, `retry_scheduled` or `leased`), those an
+    /// operator holds: not claimed again until released (docs/operators.md). Not a
+    /// state of its own either.
+    pub held: u64,
     pub leased: u64,
     pub retry_scheduled: u64,
     pub settled: u64,

@@ -35,6 +35,7 @@ async fn accepted_settles_with_its_transcript(fresh: Fresh) {
         outcome: "accepted".into(),
         code: None,
         detail_sha256: None,
+        rail_code: None,
         transcript_id: Some("tx-42".into()),
         reason: None,
         worker_id: "w1".into(),

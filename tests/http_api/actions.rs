@@ -37,6 +37,18 @@ async fn hold_unhold_and_cancel_one_receipt(fresh: Fresh) {
     // No token name on an anonymous server.
     assert!(held["history"][0].get("actor").is_none());
     assert!(s.claim("w", 10).await.is_empty());
+    // Counted as held, among its state's (pending) too, in /v1/status and /metrics.
+    let counts = s.get("/v1/status").await.ok(200)["counts"].clone();
+    assert_eq!(
+        (counts["held"].clone(), counts["pending"].clone()),
+        (json!(1), json!(1))
+    );
+    assert!(
+        s.get_text("/metrics")
+            .await
+            .contains("settled_held_receipts 1"),
+        "held in /metrics"
+    );
     s.post(
         "/v1/receipts/r/claim",
         json!({"worker_id": "w", "lease_ms": 1000}),
@@ -49,6 +61,7 @@ async fn hold_unhold_and_cancel_one_receipt(fresh: Fresh) {
         .ok(200)
         .clone();
     assert!(unheld.get("held_at_ms").is_none());
+    assert_eq!(s.get("/v1/status").await.ok(200)["counts"]["held"], 0);
 
     s.post("/v1/receipts/r/cancel", json!({}))
         .await

@@ -45,8 +45,23 @@ async fn dead_letters_page_in_finalized_then_id_order(fresh: Fresh) {
             assert_eq!(letter["code"], "invalid_action_hash");
             assert_eq!(letter["detail_sha256"].as_str().unwrap().len(), 64);
             assert!(letter["dead_lettered_at_ms"].is_u64());
+            // The shape of GET /v1/receipts, beside the older fields.
+            assert_eq!(letter["last_failure"]["code"], letter["code"]);
+            assert_eq!(
+                letter["last_failure"]["detail_sha256"],
+                letter["detail_sha256"]
+            );
         }
-        match page.get("next").and_then(|n| n.as_str()) {
+        // `next_cursor` as GET /v1/receipts names it, `next` under its older name.
+        assert_eq!(
+            page["next_cursor"].as_str(),
+            page.get("next").and_then(|n| n.as_str())
+        );
+        match page["next_cursor"].as_str() {
+            // Both parameter names page on: `cursor` on odd pages, `after` on even.
+            Some(next) if pages % 2 == 1 => {
+                path = format!("/v1/dead-letters?limit=2&cursor={next}");
+            }
             Some(next) => path = format!("/v1/dead-letters?limit=2&after={next}"),
             None => break,
         }
@@ -56,12 +71,20 @@ async fn dead_letters_page_in_finalized_then_id_order(fresh: Fresh) {
     let all = s.get("/v1/dead-letters").await.ok(200).clone();
     assert_eq!(all["dead_letters"].as_array().unwrap().len(), 5);
     assert!(all.get("next").is_none());
+    assert!(all["next_cursor"].is_null());
+    let first = s.get("/v1/dead-letters?limit=1").await.ok(200).clone();
+    let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    s.get(&format!("/v1/dead-letters?cursor={cursor}&after={cursor}"))
+        .await
+        .ok(200);
     for bad in [
         "limit=0",
         "limit=1001",
         "limit=x",
         "after=nonsense",
         "after=1.zz",
+        "cursor=1.zz",
+        "cursor=1.61&after=2.61",
     ] {
         let answer = s.get(&format!("/v1/dead-letters?{bad}")).await;
         assert_eq!(answer.status.as_u16(), 422, "{bad}");

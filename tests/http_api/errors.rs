@@ -270,7 +270,11 @@ async fn every_call_answers(fault: Fault, status: u16, code: &str, class: &str) 
             request = request.header("content-type", "application/json");
         }
         let response = request.send().await.unwrap();
-        assert_eq!(response.status().as_u16(), status, "{fault:?}: {method} {path}");
+        assert_eq!(
+            response.status().as_u16(),
+            status,
+            "{fault:?}: {method} {path}"
+        );
         assert_eq!(
             response.headers()["content-type"],
             "application/problem+json"

@@ -137,6 +137,11 @@ async fn operators_set_limits_that_claims_honour(fresh: Fresh) {
             json!({"rate": {"per_second": 1, "burst": 0}}),
             "invalid_group_limits",
         ),
+        // Slower than one a day: a worker would be told to wait for longer.
+        (
+            json!({"rate": {"per_second": 0.00001, "burst": 1}}),
+            "invalid_group_limits",
+        ),
         (json!({"rate": {"per_second": 1}}), "invalid_body"),
         (json!({"paused": "yes"}), "invalid_body"),
         (json!({"max": 1}), "invalid_body"),
@@ -335,7 +340,32 @@ async fn priorities_are_given_at_enqueue_shown_filtered_and_claimed_first(fresh:
     s.stop().await;
 }
 
+/// The slowest rate is one claim a day, and no answer tells a worker to
+/// wait longer than that.
+async fn the_slowest_rate_says_to_look_again_within_a_day(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    for i in 0..2 {
+        enqueue_in(&s, &format!("d-{i}"), "rail:daily", T0 - 10 + i).await;
+    }
+    put_limits(
+        &s,
+        "rail:daily",
+        json!({"rate": {"per_second": 1.0 / 86_400.0, "burst": 1}}),
+    )
+    .await
+    .ok(200);
+    let body = json!({"worker_id": "w", "lease_ms": 30_000, "limit": 2, "groups": ["rail:daily"]});
+    let first = claim_body(&s, body.clone()).await;
+    assert_eq!(groups_of(&first).len(), 1, "{first}");
+    assert_eq!(first["look_again_ms"], 86_400_000, "{first}");
+    let second = claim_body(&s, body).await;
+    assert_eq!(groups_of(&second).len(), 0, "{second}");
+    assert_eq!(second["look_again_ms"], 86_400_000, "{second}");
+    s.stop().await;
+}
+
 crate::on_every_backend!(
+    the_slowest_rate_says_to_look_again_within_a_day,
     groups_are_named_at_enqueue_shown_and_shared_out,
     priorities_are_given_at_enqueue_shown_filtered_and_claimed_first,
     operators_set_limits_that_claims_honour,

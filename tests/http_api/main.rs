@@ -18,6 +18,7 @@ mod metrics;
 mod monitoring;
 mod operations;
 mod outcomes;
+mod rail_codes;
 mod receipt_search;
 mod receipts;
 mod stats;

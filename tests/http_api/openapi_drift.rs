@@ -176,7 +176,7 @@ fn unions_are_discriminated_and_closed_sets_are_enums() {
             .unwrap_or_else(|| panic!("{schema}.{field} is not an enum"))
             .len()
     };
-    assert_eq!(enum_of("Problem", "class"), 7);
+    assert_eq!(enum_of("Problem", "class"), 8);
     assert!(enum_of("Problem", "code") > 30);
     assert_eq!(enum_of("HistoryEntry", "outcome"), 9);
     assert_eq!(enum_of("HistoryEntry", "route"), 3);

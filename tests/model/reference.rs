@@ -51,6 +51,7 @@ pub fn entry(attempt: u32, outcome: &str, worker: &str, at: u64) -> HistoryEntry
         outcome: outcome.into(),
         code: None,
         detail_sha256: None,
+        rail_code: None,
         transcript_id: None,
         reason: None,
         worker_id: worker.into(),
@@ -112,6 +113,11 @@ impl Row {
             attempts: *attempts,
             code: *code,
             detail_sha256: sha.clone(),
+            last_failure: FailureView {
+                code: *code,
+                detail_sha256: sha.clone(),
+                rail_code: None,
+            },
             dead_lettered_at_ms: *at,
             group: "default".into(),
         })
@@ -142,6 +148,7 @@ impl Row {
                 .map(|(code, detail_sha256)| FailureView {
                     code,
                     detail_sha256,
+                    rail_code: None,
                 }),
             transcript_id: match &self.status {
                 Status::Settled(t) => Some(t.clone()),

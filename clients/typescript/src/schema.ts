@@ -813,14 +813,20 @@ export interface components {
              * @description Total invocations, the last (failed) one included.
              */
             attempts: number;
-            /** @description Why the last invocation failed. */
+            /**
+             * @description Why the last invocation failed (the same as `last_failure.code`, kept
+             *     for clients written before `last_failure`).
+             */
             code: components["schemas"]["SettlementFailureCode"];
             /**
              * Format: int64
              * @description When it was dead-lettered (server ms).
              */
             dead_lettered_at_ms: number;
-            /** @description SHA-256 (hex) of the worker's `detail` text; the text itself is not kept. */
+            /**
+             * @description SHA-256 (hex) of the worker's `detail` text; the text itself is not
+             *     kept (the same as `last_failure.detail_sha256`).
+             */
             detail_sha256: string;
             /**
              * Format: int64
@@ -829,6 +835,11 @@ export interface components {
             finalized_at: number;
             /** @description The receipt's group (docs/groups.md). */
             group: string;
+            /**
+             * @description The failure that dead-lettered it, in the shape `GET /v1/receipts`
+             *     and `GET /v1/receipts/{id}` show it.
+             */
+            last_failure: components["schemas"]["FailureView"];
             receipt_id: string;
         };
         /**
@@ -850,8 +861,17 @@ export interface components {
         /** @description A page of dead letters ordered by `(finalized_at, receipt_id)`. */
         DeadLettersOut: {
             dead_letters: components["schemas"]["DeadLetter"][];
-            /** @description Pass as `after` for the next page; absent on the last page. */
+            /**
+             * @deprecated
+             * @description The same as `next_cursor` under its older name, absent on the last
+             *     page; kept for clients written before `next_cursor`.
+             */
             next?: string | null;
+            /**
+             * @description Pass as `cursor` for the next page; null on the last page (the same
+             *     shape as `GET /v1/receipts`).
+             */
+            next_cursor: string | null;
         };
         /** @description The last failure recorded for a receipt. */
         FailureView: {
@@ -859,6 +879,11 @@ export interface components {
             code: components["schemas"]["SettlementFailureCode"];
             /** @description SHA-256 (hex) of the worker's detail text. */
             detail_sha256: string;
+            /**
+             * @description The rail's own code for the failure (e.g. `card_declined`), when the
+             *     worker gave one.
+             */
+            rail_code?: string | null;
         };
         /** @description One feed entry: a history entry, its receipt and its position. */
         FeedEntry: components["schemas"]["HistoryEntry"] & {
@@ -898,6 +923,7 @@ export interface components {
             prefix?: string | null;
             /** Format: int64 */
             priority?: number | null;
+            rail_code?: string | null;
             state?: components["schemas"]["StateFilter"] | null;
         };
         /** @description A receipt as a search returns it (never its lease token or observation). */
@@ -1038,6 +1064,11 @@ export interface components {
              */
             observed_at_ms: number;
             outcome: components["schemas"]["HistoryOutcome"];
+            /**
+             * @description The rail's own code for a failure (e.g. `card_declined`), when the
+             *     worker gave one.
+             */
+            rail_code?: string | null;
             reason?: components["schemas"]["SettlementSkipReason"] | null;
             /**
              * Format: int64
@@ -1180,6 +1211,12 @@ export interface components {
              * @enum {string}
              */
             kind: "permanent";
+            /**
+             * @description The rail's own code for the failure, e.g. `card_declined` (1..=64
+             *     characters of `[A-Za-z0-9_.:-]`): kept in history and shown
+             *     beside `code`.
+             */
+            rail_code?: string | null;
         };
         /** @description An RFC 9457 problem with a stable machine `code` and an error `class`. */
         Problem: {
@@ -1227,7 +1264,8 @@ export interface components {
             burst: number;
             /**
              * Format: double
-             * @description Tokens added per second (a claimed receipt takes one): > 0, at most 1000000.
+             * @description Tokens added per second (a claimed receipt takes one): at least one a
+             *     day (1/86400, 0.000011574074074074073), at most 1000000.
              */
             per_second: number;
         };
@@ -1430,6 +1468,12 @@ export interface components {
              */
             kind: "retryable";
             /**
+             * @description The rail's own code for the failure, e.g. `card_declined` (1..=64
+             *     characters of `[A-Za-z0-9_.:-]`): kept in history and shown
+             *     beside `code`, which alone decides retry or dead letter.
+             */
+            rail_code?: string | null;
+            /**
              * Format: int64
              * @description The rail's own wait before another try, in ms (its `Retry-After`):
              *     the retry waits the longer of this and the policy's backoff, at
@@ -1484,6 +1528,13 @@ export interface components {
             canceled: number;
             /** Format: int64 */
             dead_lettered: number;
+            /**
+             * Format: int64
+             * @description Of the active receipts (`pending`, `retry_scheduled` or `leased`), those an
+             *     operator holds: not claimed again until released (docs/operators.md). Not a
+             *     state of its own either.
+             */
+            held: number;
             /** Format: int64 */
             leased: number;
             /**
@@ -1893,7 +1944,9 @@ export interface operations {
             query?: {
                 /** @description 1..=1000, default 100. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page. */
+                /** @description The `next_cursor` of the previous page (as `GET /v1/receipts` takes it). */
+                cursor?: string;
+                /** @description The same as `cursor`, under its older name. */
                 after?: string;
             };
             header?: never;
@@ -2460,6 +2513,11 @@ export interface operations {
                 group?: string;
                 /** @description Only receipts of this priority (-1000..=1000). */
                 priority?: number;
+                /**
+                 * @description The last failure's rail code, e.g. `card_declined` (1..=64
+                 *     characters of `[A-Za-z0-9_.:-]`).
+                 */
+                rail_code?: string;
                 /** @description `newest` (default) or `oldest` `finalized_at` first. */
                 order?: components["schemas"]["SearchOrder"];
                 /** @description Receipts per page: 1..=500, default 50. */

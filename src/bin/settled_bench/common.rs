@@ -148,11 +148,13 @@ impl Mix {
             Kind::Retryable => OutcomeIn::Retryable {
                 code: SettlementFailureCode::Rpc,
                 detail: "bench: rail timeout".into(),
+                rail_code: None,
                 retry_after_ms: None,
             },
             Kind::Permanent => OutcomeIn::Permanent {
                 code: SettlementFailureCode::InvalidReceiptSignature,
                 detail: "bench: bad signature".into(),
+                rail_code: None,
             },
             Kind::Skipped => OutcomeIn::Skipped {
                 reason: SettlementSkipReason::ZeroCharge,

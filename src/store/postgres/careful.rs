@@ -172,8 +172,9 @@ pub(super) async fn record_outcomes(
             tx.rollback().await?;
             let mut tx = begin(pool).await?;
             let careful = record_all(&mut tx, true, outcomes, policy, observed_at_ms).await;
-            let careful = careful
-                .and_then(|r| r.ok_or_else(|| StoreError::internal("careful retry asked to retry")));
+            let careful = careful.and_then(|r| {
+                r.ok_or_else(|| StoreError::internal("careful retry asked to retry"))
+            });
             finish(tx, careful).await
         }
         Err(e) => finish(tx, Err(e)).await,

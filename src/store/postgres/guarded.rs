@@ -134,21 +134,22 @@ WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8
   $6::text[], $7::int8[], $8::int8[], $9::text[], $10::int8[], $11::int8[], $12::text[], \
   $13::text[], $14::text[], $15::text[], $16::int8[], $17::int8[], $18::text[], $19::text[], \
   $20::text[], $21::text[], $22::text[], $23::text[], $24::int8[], $25::text[], $26::bool[], \
-  $28::int8[]) \
+  $28::int8[], $29::text[]) \
   WITH ORDINALITY AS b (b_id, b_fin, b_attempts, b_version, b_owner, b_token, b_until, b_now, \
   b_status, b_new_attempts, b_next_visible, b_code, b_sha, b_transcript, b_skip, b_finished, \
   h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, h_observed, h_route, \
-  b_wakes, h_retry_after, b_item)), \
+  b_wakes, h_retry_after, b_rail, b_item)), \
 changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_attempts, attempts), \
   next_visible_at_ms = b_next_visible, failure_code = COALESCE(b_code, failure_code), \
   failure_sha256 = COALESCE(b_sha, failure_sha256), \
+  failure_rail_code = CASE WHEN b_code IS NULL THEN failure_rail_code ELSE b_rail END, \
   transcript_id = b_transcript, skip_reason = b_skip, finished_at_ms = b_finished, \
   lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL \
   FROM batch WHERE ",
     batch_cas!(),
     " RETURNING b_item, b_wakes, b_attempts, receipts.status AS new_status, \
   receipts.attempts AS new_attempts, b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, \
-  h_reason, h_worker, h_observed, h_route, h_retry_after), \
+  h_reason, h_worker, h_observed, h_route, h_retry_after, b_rail), \
 moved AS (SELECT set_config('settled.counted', 'on', true) AS counted_here, \
   COUNT(*) FILTER (WHERE new_status = 'active' AND new_attempts = 0) \
     - COUNT(*) FILTER (WHERE b_attempts = 0) AS d_fresh, \
@@ -170,7 +171,7 @@ spilled AS (INSERT INTO receipt_counts (fresh, retried, settled, skipped, dead_l
 logged AS (",
     history_insert!(),
     "SELECT b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, \
-  h_observed, h_route, h_retry_after, NULL, NULL FROM changed ORDER BY b_item), \
+  h_observed, h_route, h_retry_after, NULL, NULL, b_rail FROM changed ORDER BY b_item), \
 announced AS (SELECT pg_notify($27, '') FROM (SELECT 1 FROM changed WHERE b_wakes LIMIT 1) AS woken) \
 SELECT b_item FROM changed UNION ALL SELECT 0 FROM announced"
 );
@@ -228,6 +229,9 @@ pub(super) async fn write_round(
         .bind(column!(wakes))
         .bind(CHANNEL)
         .bind(column!(history.retry_after_ms))
+        // One column for the row's and the entry's rail code: they are the
+        // same wherever a failure is written, and absent elsewhere.
+        .bind(column!(history.rail_code))
         .fetch_all(conn)
         .await?;
     Ok(positions(writes.len(), matched))

@@ -10,7 +10,7 @@ macro_rules! pg_receipt_columns {
         "receipt_id, finalized_at, observation::text AS observation, status, attempts, \
          row_version, next_visible_at_ms, lease_owner, lease_token, lease_until_ms, \
          failure_code, failure_sha256, transcript_id, skip_reason, finished_at_ms, held_at_ms, \
-         cancel_reason, receipt_group, priority, traceparent, tracestate"
+         cancel_reason, receipt_group, priority, traceparent, tracestate, failure_rail_code"
     };
 }
 

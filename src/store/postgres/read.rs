@@ -81,8 +81,19 @@ impl PostgresStore {
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        let (fresh, retried, settled, skipped, dead, canceled, live, live_fresh, scheduled, oldest) =
-            figures;
+        let (
+            fresh,
+            retried,
+            settled,
+            skipped,
+            dead,
+            canceled,
+            live,
+            live_fresh,
+            scheduled,
+            held,
+            oldest,
+        ) = figures;
         let mut samples: Vec<(ReceiptState, Vec<status::SampleRow>)> = ReceiptState::ALL
             .into_iter()
             .map(|s| (s, Vec::new()))
@@ -101,6 +112,7 @@ impl PostgresStore {
                 (live, live_fresh),
             )?,
             scheduled,
+            held,
             oldest,
             samples,
         )
@@ -108,18 +120,32 @@ impl PostgresStore {
 }
 
 /// The six buckets, the live leases (all, on fresh rows), the scheduled
-/// count and the oldest due time.
-type Figures = (i64, i64, i64, i64, i64, i64, i64, i64, i64, Option<i64>);
+/// and held counts and the oldest due time.
+type Figures = (
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+);
 
 /// Every figure of the status in one row, `$1` now. The scheduled count is a
 /// range of receipts_scheduled (migrations/postgres/0005_scheduled.sql), whose
 /// predicate it repeats so that the planner can use it. Due rows either hold
 /// no lease or an expired one; `attempts >= 0` names `receipts_waiting`
-/// (migrations/postgres/0014_unleased_due.sql).
+/// (migrations/postgres/0014_unleased_due.sql). The held count is a range of
+/// receipts_held (migrations/postgres/0019_rail_codes_and_held.sql).
 const FIGURES: &str = concat!(
     "SELECT c.*, l.*, \
      (SELECT COUNT(*) FROM receipts WHERE status = 'active' AND attempts = 0 \
        AND next_visible_at_ms > created_at_ms AND next_visible_at_ms > $1), \
+     (SELECT COUNT(*) FROM receipts WHERE status = 'active' AND held_at_ms IS NOT NULL), \
      LEAST((SELECT MIN(next_visible_at_ms) FROM receipts WHERE ",
     unleased_sql!(),
     " AND attempts >= 0 AND next_visible_at_ms <= $1), \

@@ -207,7 +207,7 @@ async fn append_history(
     sqlx::query(concat!(
         history_insert!(),
         "SELECT id, attempt, outcome, code, sha, transcript, reason, worker, observed, route, \
-               retry_after, actor, note FROM unnest($1::text[], $2::int8[], $3::text[], \
+               retry_after, actor, note, NULL FROM unnest($1::text[], $2::int8[], $3::text[], \
                $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], \
                $10::text[], $13::int8[], $11::text[], $12::text[]) \
              WITH ORDINALITY AS h (id, attempt, outcome, code, sha, transcript, reason, worker, \

@@ -56,12 +56,14 @@ pub enum Change {
         next_visible_at_ms: i64,
         code: &'static str,
         sha256: String,
+        rail_code: Option<String>,
     },
     /// Dead-lettered after `attempts` invocations.
     DeadLetter {
         attempts: i64,
         code: &'static str,
         sha256: String,
+        rail_code: Option<String>,
     },
 }
 
@@ -75,6 +77,7 @@ pub struct NewHistory {
     pub transcript_id: Option<String>,
     pub reason: Option<&'static str>,
     pub retry_after_ms: Option<i64>,
+    pub rail_code: Option<String>,
     pub worker_id: String,
     pub observed_at_ms: i64,
     pub route: Option<&'static str>,
@@ -99,7 +102,8 @@ pub struct Plan {
 /// statement, whether for one item or a batch). `None` in `attempts` or the
 /// failure keeps the stored value (a retry's failure stays on the row once
 /// it settles); the rest is written as it is (an active row holds no
-/// transcript or reason). The lease is always cleared.
+/// transcript or reason). The lease is always cleared. A new failure
+/// replaces the rail code too, absent or not (it belongs to that failure).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewValues {
     pub status: Status,
@@ -107,6 +111,7 @@ pub struct NewValues {
     pub next_visible_at_ms: Option<i64>,
     pub failure_code: Option<&'static str>,
     pub failure_sha256: Option<String>,
+    pub failure_rail_code: Option<String>,
     pub transcript_id: Option<String>,
     pub skip_reason: Option<&'static str>,
     pub finished_at_ms: Option<i64>,
@@ -122,6 +127,7 @@ impl NewValues {
             next_visible_at_ms: None,
             failure_code: None,
             failure_sha256: None,
+            failure_rail_code: None,
             transcript_id: None,
             skip_reason: None,
             finished_at_ms: Some(now),
@@ -140,11 +146,13 @@ impl NewValues {
                 next_visible_at_ms,
                 code,
                 sha256,
+                rail_code,
             } => Self {
                 attempts: Some(*attempts),
                 next_visible_at_ms: Some(*next_visible_at_ms),
                 failure_code: Some(code),
                 failure_sha256: Some(sha256.clone()),
+                failure_rail_code: rail_code.clone(),
                 finished_at_ms: None,
                 ..finished(Status::Active)
             },
@@ -152,10 +160,12 @@ impl NewValues {
                 attempts,
                 code,
                 sha256,
+                rail_code,
             } => Self {
                 attempts: Some(*attempts),
                 failure_code: Some(code),
                 failure_sha256: Some(sha256.clone()),
+                failure_rail_code: rail_code.clone(),
                 ..finished(Status::DeadLettered)
             },
         }
@@ -169,6 +179,7 @@ impl NewValues {
             next_visible_at_ms: Some(now),
             failure_code: None,
             failure_sha256: None,
+            failure_rail_code: None,
             transcript_id: None,
             skip_reason: None,
             finished_at_ms: None,
@@ -204,6 +215,7 @@ pub fn plan_outcome(
         transcript_id: None,
         reason: None,
         retry_after_ms,
+        rail_code: failure.and_then(|f| f.rail_code.as_ref().map(|r| r.as_str().to_owned())),
         worker_id: claim.lease_owner.as_str().to_owned(),
         observed_at_ms: observed.as_i64(),
         route: Some(route.kind()),
@@ -230,11 +242,13 @@ pub fn plan_outcome(
             attempts: i64::from(attempt),
             next_visible_at_ms: next_visible_at_ms.as_i64(),
             code: failure.code.as_str(),
+            rail_code: failure.rail_code.map(|r| r.as_str().to_owned()),
             sha256: failure.detail_sha256,
         },
         Decision::DeadLetter { attempts, failure } => Change::DeadLetter {
             attempts: i64::from(attempts),
             code: failure.code.as_str(),
+            rail_code: failure.rail_code.map(|r| r.as_str().to_owned()),
             sha256: failure.detail_sha256,
         },
     };
@@ -259,6 +273,13 @@ impl ReceiptRow {
                     failure: domain::SettlementFailureReason {
                         code: letter.code,
                         detail_sha256: letter.detail_sha256,
+                        rail_code: letter
+                            .last_failure
+                            .rail_code
+                            .as_deref()
+                            .map(domain::RailCode::parse)
+                            .transpose()
+                            .map_err(|_| StoreError::invalid_record("rail code"))?,
                     },
                     finalized_at: to_u63(self.finalized_at, "finalized_at")?,
                     attempts: letter.attempts,
@@ -430,6 +451,7 @@ pub fn release_entry(claim: &Claim, now: i64) -> NewHistory {
         transcript_id: None,
         reason: None,
         retry_after_ms: None,
+        rail_code: None,
         worker_id: claim.lease_owner.as_str().to_owned(),
         observed_at_ms: now,
         route: None,

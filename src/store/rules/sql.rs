@@ -123,7 +123,8 @@ pub(crate) use claimable_sql;
 macro_rules! history_insert {
     () => {
         "INSERT INTO receipt_history (receipt_id, attempt, outcome, code, detail_sha256, \
-         transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms, actor, note) "
+         transcript_id, reason, worker_id, observed_at_ms, route, retry_after_ms, actor, note, \
+         rail_code) "
     };
 }
 pub(crate) use history_insert;

@@ -29,7 +29,7 @@ pub const SEARCH_COLUMNS: &str = "receipt_id, finalized_at, NULL AS observation,
      attempts, row_version, next_visible_at_ms, lease_owner, NULL AS lease_token, \
      lease_until_ms, failure_code, failure_sha256, NULL AS transcript_id, NULL AS skip_reason, \
      finished_at_ms, held_at_ms, NULL AS cancel_reason, receipt_group, priority, \
-     NULL AS traceparent, NULL AS tracestate";
+     NULL AS traceparent, NULL AS tracestate, failure_rail_code";
 
 /// A value bound to a search statement.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,6 +37,7 @@ pub fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         priority: r.get(18)?,
         traceparent: r.get(19)?,
         tracestate: r.get(20)?,
+        failure_rail_code: r.get(21)?,
     })
 }
 
@@ -85,6 +86,7 @@ type HistoryValues<'a> = (
     Option<i64>,
     &'a Option<String>,
     &'a Option<String>,
+    &'a Option<String>,
 );
 
 fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
@@ -102,6 +104,7 @@ fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
         h.retry_after_ms,
         &h.actor,
         &h.note,
+        &h.rail_code,
     )
 }
 
@@ -113,7 +116,7 @@ fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
 pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> StoreResult<()> {
     let mut stmt = conn.prepare_cached(concat!(
         history_insert!(),
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
     ))?;
     for (id, h) in entries {
         stmt.execute(history_values(id, h))?;

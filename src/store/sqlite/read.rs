@@ -101,6 +101,13 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
+    // A range of `receipts_held` (migrations/sqlite/0017_rail_codes_and_held.sql).
+    let held: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM receipts INDEXED BY receipts_held \
+         WHERE status = 'active' AND held_at_ms IS NOT NULL",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     // Due rows either hold no lease or an expired one.
     let oldest: Option<i64> = sqlx::query_scalar(concat!(
         "SELECT MIN(t) FROM (SELECT MIN(next_visible_at_ms) AS t FROM receipts WHERE ",
@@ -157,6 +164,7 @@ pub async fn status(pool: &SqlitePool, now: i64, limit: usize) -> StoreResult<St
         now,
         status::state_counts(sums, live)?,
         scheduled,
+        held,
         oldest,
         samples,
     )

@@ -79,10 +79,10 @@ macro_rules! cas_from_batch {
     };
 }
 
-/// The new column values of an outcome ([`NewValues`]), as `jsonb_each`
-/// columns 8..=15: status, transcript, skip reason, attempts (null:
+/// The new column values of an outcome ([`NewValues`]), as columns
+/// 9..=17 of [`OUTCOMES`]: status, transcript, skip reason, attempts (null:
 /// unchanged), next visible, failure code and digest (null: unchanged),
-/// finished at.
+/// finished at, and the failure's rail code (replaced with the failure).
 type ChangeRow = (
     &'static str,
     Option<String>,
@@ -92,6 +92,7 @@ type ChangeRow = (
     Option<&'static str>,
     Option<String>,
     Option<i64>,
+    Option<String>,
 );
 
 fn change_row(plan: &Plan) -> ChangeRow {
@@ -105,7 +106,19 @@ fn change_row(plan: &Plan) -> ChangeRow {
         v.failure_code,
         v.failure_sha256,
         v.finished_at_ms,
+        v.failure_rail_code,
     )
+}
+
+/// One row of [`OUTCOMES`]: the claim's compare-and-swap ([`cas_row`], its
+/// lease checked at the outcome's time), then [`change_row`].
+struct OutcomeRow<'a>(CasRow<'a>, ChangeRow);
+
+impl values::Row for OutcomeRow<'_> {
+    fn push_to<'p>(&'p self, params: &mut Vec<&'p dyn rusqlite::ToSql>) {
+        self.0.push_to(params);
+        self.1.push_to(params);
+    }
 }
 
 /// Apply planned outcomes with one guarded `UPDATE`; returns the ids it changed.
@@ -113,42 +126,29 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     let mut batch = Vec::with_capacity(planned.len());
     for (claim, plan) in planned {
         let c = cas_row(claim, UnixMs::default());
-        let n = change_row(plan);
-        batch.push((
-            c.0,
-            c.1,
-            c.2,
-            c.3,
-            c.4,
-            c.5,
-            c.6,
-            plan.observed_at_ms,
-            n.0,
-            n.1,
-            n.2,
-            n.3,
-            n.4,
-            n.5,
-            n.6,
-            n.7,
-        ));
+        let cas = (c.0, c.1, c.2, c.3, c.4, c.5, c.6, plan.observed_at_ms);
+        batch.push(OutcomeRow(cas, change_row(plan)));
     }
     if batch.len() == 1 {
         // One row: the same guarded update with bound values. `UPDATE … FROM`
         // over a one-row `VALUES` list costs 8 % more instructions a receipt
         // one by one (BENCHMARKS.md, issue 26's table of 2026-12-05, night).
-        let row = batch.remove(0);
-        let id = row.0;
+        let row = &batch[0];
+        let id = row.0.0;
+        let mut params = Vec::with_capacity(17);
+        values::Row::push_to(row, &mut params);
         let changed = conn
             .prepare_cached(concat!(
                 "UPDATE receipts SET status = ?9, transcript_id = ?10, skip_reason = ?11, \
                  attempts = coalesce(?12, attempts), next_visible_at_ms = ?13, \
                  failure_code = coalesce(?14, failure_code), \
-                 failure_sha256 = coalesce(?15, failure_sha256), lease_owner = NULL, \
-                 lease_token = NULL, lease_until_ms = NULL, finished_at_ms = ?16 WHERE ",
+                 failure_sha256 = coalesce(?15, failure_sha256), \
+                 failure_rail_code = CASE WHEN ?14 IS NULL THEN failure_rail_code ELSE ?17 END, \
+                 lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
+                 finished_at_ms = ?16 WHERE ",
                 cas_sql!("status", "lease_until_ms"; "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8")
             ))?
-            .execute(row)?;
+            .execute(rusqlite::params_from_iter(params))?;
         return Ok(if changed == 1 {
             HashSet::from([id.to_owned()])
         } else {
@@ -165,23 +165,26 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     }
 }
 
-/// The guarded `UPDATE` of a batch of outcomes: 16 columns a row, those of
+/// The guarded `UPDATE` of a batch of outcomes: 17 columns a row, those of
 /// [`cas_row`] then those of [`change_row`]; it returns the ids it changed
 /// (padding rows are all NULL, and `receipt_id = NULL` matches no row).
-pub(super) static OUTCOMES: values::Sized = values::Sized::new(16, |values| {
+pub(super) static OUTCOMES: values::Sized = values::Sized::new(17, |values| {
     format!(
         "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
          skip_reason = b.new_reason, attempts = coalesce(b.new_attempts, receipts.attempts), \
          next_visible_at_ms = b.new_visible, \
          failure_code = coalesce(b.new_code, receipts.failure_code), \
          failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
+         failure_rail_code = CASE WHEN b.new_code IS NULL THEN receipts.failure_rail_code \
+         ELSE b.new_rail END, \
          lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
          finished_at_ms = b.new_finished \
          FROM (SELECT column1 AS id, column2 AS fin, column3 AS att, column4 AS rv, \
          column5 AS owner, column6 AS token, column7 AS until, column8 AS at, \
          column9 AS new_status, column10 AS new_transcript, column11 AS new_reason, \
          column12 AS new_attempts, column13 AS new_visible, column14 AS new_code, \
-         column15 AS new_sha, column16 AS new_finished FROM (VALUES {values})) AS b \
+         column15 AS new_sha, column16 AS new_finished, column17 AS new_rail \
+         FROM (VALUES {values})) AS b \
          WHERE {cas} RETURNING receipts.receipt_id",
         cas = cas_sql!("+status", "lease_until_ms";
                        "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token", "b.until", "b.at"),

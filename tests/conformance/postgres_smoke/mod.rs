@@ -335,6 +335,7 @@ async fn a_refused_item_does_not_abort_its_batch(fresh: common::Fresh) {
         reason: SettlementFailureReason {
             code: SettlementFailureCode::Rpc,
             detail_sha256: "not-a-digest".to_owned(),
+            rail_code: None,
         },
     };
     let accepted = Outcome::Accepted {

@@ -39,6 +39,7 @@ FilterIn = TypedDict(
         'owner': NotRequired[str | None],
         'prefix': NotRequired[str | None],
         'priority': NotRequired[int | None],
+        'rail_code': NotRequired[str | None],
         'state': NotRequired[StateFilter | None],
     },
 )
@@ -165,6 +166,15 @@ DatabaseOut = TypedDict(
     },
 )
 
+FailureView = TypedDict(
+    'FailureView',
+    {
+        'code': SettlementFailureCode,
+        'detail_sha256': str,
+        'rail_code': NotRequired[str | None],
+    },
+)
+
 DeadLetter = TypedDict(
     'DeadLetter',
     {
@@ -174,6 +184,7 @@ DeadLetter = TypedDict(
         'detail_sha256': str,
         'finalized_at': int,
         'group': str,
+        'last_failure': FailureView,
         'receipt_id': str,
     },
 )
@@ -191,14 +202,7 @@ DeadLettersOut = TypedDict(
     {
         'dead_letters': list[DeadLetter],
         'next': NotRequired[str | None],
-    },
-)
-
-FailureView = TypedDict(
-    'FailureView',
-    {
-        'code': SettlementFailureCode,
-        'detail_sha256': str,
+        'next_cursor': str | None,
     },
 )
 
@@ -218,6 +222,7 @@ HistoryEntry = TypedDict(
         'note': NotRequired[str | None],
         'observed_at_ms': int,
         'outcome': HistoryOutcome,
+        'rail_code': NotRequired[str | None],
         'reason': NotRequired[SettlementSkipReason | None],
         'retry_after_ms': NotRequired[int | None],
         'route': NotRequired[RouteKind | None],
@@ -406,6 +411,7 @@ PermanentOutcome = TypedDict(
         'code': SettlementFailureCode,
         'detail': NotRequired[str],
         'kind': Literal['permanent'],
+        'rail_code': NotRequired[str | None],
     },
 )
 
@@ -415,6 +421,7 @@ RetryableOutcome = TypedDict(
         'code': SettlementFailureCode,
         'detail': NotRequired[str],
         'kind': Literal['retryable'],
+        'rail_code': NotRequired[str | None],
         'retry_after_ms': NotRequired[int | None],
     },
 )
@@ -556,6 +563,7 @@ StateCounts = TypedDict(
     {
         'canceled': int,
         'dead_lettered': int,
+        'held': int,
         'leased': int,
         'pending': int,
         'retry_scheduled': int,
