@@ -443,7 +443,91 @@ async fn a_rails_retry_after_lengthens_the_wait_up_to_the_cap(fresh: Fresh) {
     assert_eq!(rpc_entry.retry_after_ms, None);
 }
 
+/// A failure's rail code is kept with the failure, one by one and in a
+/// batch: on the receipt until the next failure replaces it, and in the
+/// failure's history entry and dead letter for good.
+async fn a_rail_code_stays_with_its_failure(fresh: Fresh) {
+    use settled::domain::RailCode;
+    let with_rail = |outcome: Outcome, rail: &str| match outcome {
+        Outcome::Retryable {
+            reason,
+            retry_after_ms,
+        } => Outcome::Retryable {
+            reason: reason.with_rail_code(Some(RailCode::parse(rail).unwrap())),
+            retry_after_ms,
+        },
+        Outcome::Permanent { reason } => Outcome::Permanent {
+            reason: reason.with_rail_code(Some(RailCode::parse(rail).unwrap())),
+        },
+        other => other,
+    };
+    enqueue_new(&fresh, &[receipt("a"), receipt("b"), receipt("c")], T0).await;
+    let a = claim(&fresh, "a", "w", T0, 1_000).await;
+    let route = record(
+        &fresh,
+        &a.claim,
+        &with_rail(rpc("timeout"), "issuer:91"),
+        RetryPolicy::default(),
+        T0 + 1,
+    )
+    .await;
+    assert!(
+        matches!(route, Ok(Route::RetryScheduled { .. })),
+        "{route:?}"
+    );
+    let b = claim(&fresh, "b", "w", T0, 1_000).await;
+    let c = claim(&fresh, "c", "w", T0, 1_000).await;
+    let declined = permanent(SettlementFailureCode::Verification, "51");
+    let batch = vec![
+        (b, with_rail(declined.clone(), "card_declined")),
+        (c, declined),
+    ];
+    let routes = store(&fresh)
+        .record_claimed_outcomes(&leases(batch), RetryPolicy::default(), ms(T0 + 2))
+        .await
+        .unwrap();
+    assert!(
+        routes
+            .iter()
+            .all(|r| matches!(r, Ok(Route::DeadLettered { .. }))),
+        "{routes:?}"
+    );
+
+    let rail =
+        |v: &settled::store::ReceiptView| v.last_failure.as_ref().and_then(|f| f.rail_code.clone());
+    let va = view(&fresh, "a", T0 + 2).await;
+    assert_eq!(rail(&va).as_deref(), Some("issuer:91"));
+    assert_eq!(va.history[0].rail_code.as_deref(), Some("issuer:91"));
+    let vb = view(&fresh, "b", T0 + 2).await;
+    assert_eq!(rail(&vb).as_deref(), Some("card_declined"));
+    assert_eq!(vb.history[0].rail_code.as_deref(), Some("card_declined"));
+    let letter = store(&fresh).dead_letter(&rid("b")).await.unwrap().unwrap();
+    assert_eq!(
+        letter.last_failure.rail_code.as_deref(),
+        Some("card_declined")
+    );
+    let vc = view(&fresh, "c", T0 + 2).await;
+    assert_eq!((rail(&vc), vc.history[0].rail_code.clone()), (None, None));
+
+    // Settled after the retry: the last failure keeps its rail code.
+    let due = va.next_visible_at_ms.unwrap();
+    let again = claim(&fresh, "a", "w", due, 1_000).await;
+    record(
+        &fresh,
+        &again.claim,
+        &accepted("tx"),
+        RetryPolicy::default(),
+        due + 1,
+    )
+    .await
+    .unwrap();
+    let va = view(&fresh, "a", due + 1).await;
+    assert_eq!(rail(&va).as_deref(), Some("issuer:91"));
+    assert_eq!(va.history[1].rail_code, None);
+}
+
 crate::on_every_backend!(
+    a_rail_code_stays_with_its_failure,
     accepted_settles_with_its_transcript,
     skipped_keeps_its_reason,
     rpc_failures_back_off_then_dead_letter_on_the_sixth,
