@@ -67,7 +67,7 @@ async fn status_counts_every_state_and_samples_in_order(fresh: Fresh) {
     let status = s.get("/v1/status?limit=1").await.ok(200).clone();
     assert_eq!(
         status["counts"],
-        json!({"pending": 3, "scheduled": 1, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 1, "dead_lettered": 1, "canceled": 0})
+        json!({"pending": 3, "scheduled": 1, "held": 0, "leased": 1, "retry_scheduled": 1, "settled": 1, "skipped": 1, "dead_lettered": 1, "canceled": 0})
     );
     // p1 and p2 were due at T0; now is T0 + 1000.
     assert_eq!(status["oldest_due_age_ms"], 1_000);

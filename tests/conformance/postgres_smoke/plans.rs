@@ -71,7 +71,7 @@ async fn guarded_writes_probe_the_primary_key(rows: usize, analyzed_at: usize) {
         return;
     };
     // A round of 256: only the arrays' length matters to the plan.
-    let mut args = vec!["NULL"; 28];
+    let mut args = vec!["NULL"; 29];
     args[0] = "array_fill('x'::text, ARRAY[256])";
     let plan = plan_of(
         &mut conn,
@@ -96,7 +96,7 @@ async fn guarded_writes_probe_the_primary_key(rows: usize, analyzed_at: usize) {
             &mut conn,
             settled::store::postgres::GUARDED_WRITE_SQL,
             "force_generic_plan",
-            &["NULL"; 28],
+            &["NULL"; 29],
         )
         .await,
     ] {
