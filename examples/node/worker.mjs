@@ -10,8 +10,8 @@
 //     SETTLED_URL=http://127.0.0.1:8080 node examples/node/worker.mjs --worker-id node-1
 //
 // Every flag can also be set through the environment variable shown by --help.
-// Logs go to stderr; on exit one JSON line with the worker's counters goes to
-// stdout. Exit status: 0 after a clean stop, 2 for a configuration error that
+// Logs go to stderr (stopping, warnings and errors, every outcome with --verbose);
+// on exit one JSON line with the worker's counters goes to stdout. Exit status: 0 after a clean stop, 2 for a configuration error that
 // retrying cannot fix (bad token, refused parameters).
 
 import { createHash } from 'node:crypto';
@@ -142,7 +142,10 @@ class SimulatedRail {
     await sleep(slow ? c.slowMs : this.rng() * c.latencyMs, signal);
     const roll = this.rng();
     if (roll < c.timeoutRate) throw new Retryable('rpc', 'rail timed out');
-    if (roll < c.timeoutRate + c.declineRate) throw new Permanent('verification', 'rail declined the charge');
+    if (roll < c.timeoutRate + c.declineRate) {
+      // `code` is one of the spec's closed set; `railCode` is the rail's own word for it.
+      throw new Permanent('verification', { detail: 'rail declined the charge', railCode: 'card_declined' });
+    }
     const transcript = 'tx-' + createHash('sha256').update(receiptId).digest('hex').slice(0, 24);
     this.accepted.set(receiptId, transcript);
     return transcript;
@@ -157,9 +160,10 @@ const rail = new SimulatedRail(cfg);
 const log = (level, message) => console.error(`${new Date().toISOString()} ${cfg.workerId} ${level} ${message}`);
 let idle = 0;
 // Receipts claimed and not yet answered (a slow job may still end in a retry), and the events
-// that end a claimed job here: its outcome's route, a release, a lost lease, a refusal.
+// that end a claimed job here: its outcome's route, a release, a lost lease, a refused release.
+// (A refused outcome does not: the job is reported again with onError's outcome.)
 const holding = new Set();
-const DONE_EVENTS = new Set(['no_action', 'retry_scheduled', 'dead_lettered', 'released', 'lease_lost', 'error']);
+const DONE_EVENTS = new Set(['no_action', 'retry_scheduled', 'dead_lettered', 'released', 'lease_lost']);
 
 const worker = new Worker(new Client(cfg.url, { token: cfg.token || undefined }), {
   workerId: cfg.workerId,
@@ -168,12 +172,12 @@ const worker = new Worker(new Client(cfg.url, { token: cfg.token || undefined })
   leaseMs: cfg.leaseMs,
   waitMs: cfg.waitMs,
   handleSignals: true, // SIGTERM / Ctrl-C: finish, report, release; a second one stops at once
-  logger: { warn: (m) => log('WARN', m), error: (m) => log('ERROR', m) },
+  logger: { info: (m) => log('INFO', m), warn: (m) => log('WARN', m), error: (m) => log('ERROR', m) },
   // The rail's transcript id settles the receipt; Retryable / Permanent / Skip report the rest.
   handler: (job, signal) => rail.charge(job.receiptId, job.observation, signal),
   onEvent: (event, job, info) => {
     if (event === 'claimed') holding.add(job.receiptId);
-    else if (DONE_EVENTS.has(event) && job) holding.delete(job.receiptId);
+    else if (job && (DONE_EVENTS.has(event) || (event === 'error' && info.during === 'release'))) holding.delete(job.receiptId);
     if (event === 'poll') {
       // A poll is idle only with nothing in hand.
       idle = info.claimed || holding.size ? 0 : idle + 1;
@@ -201,6 +205,7 @@ const summary = {
   released: s.released,
   lost: s.leasesLost,
   heartbeats: s.heartbeats,
+  refused: s.outcomesRefused,
   errors: s.errors,
 };
 console.log(JSON.stringify(summary));

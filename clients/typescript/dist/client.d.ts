@@ -1,14 +1,23 @@
 import type { components, paths } from "./schema.js";
 type Schemas = components["schemas"];
 export type Claim = Schemas["Claim"];
-export type OutcomeIn = Schemas["OutcomeIn"];
 export type Route = Schemas["Route"];
 export type Problem = Schemas["Problem"];
+/** A receipt to enqueue: the body of `enqueue`, and one item of `enqueueBatch`. */
 export type ReceiptIn = Schemas["ReceiptIn"];
+/** What `enqueueBatch` answers for one receipt (`status`: `created`, `existing`, `conflict`, `invalid`). */
+export type ReceiptBatchResult = Schemas["ReceiptBatchResult"];
 export type ReceiptView = Schemas["ReceiptView"];
+export type ClaimsIn = Schemas["ClaimsIn"];
 export type ClaimsOut = Schemas["ClaimsOut"];
 export type OutcomeResult = Schemas["OutcomeResult"];
 export type LeaseExtendResult = Schemas["LeaseExtendResult"];
+export type AcceptedOutcome = Schemas["AcceptedOutcome"];
+export type SkippedOutcome = Schemas["SkippedOutcome"];
+export type RetryableOutcome = Schemas["RetryableOutcome"];
+export type PermanentOutcome = Schemas["PermanentOutcome"];
+/** What a worker reports for a claimed receipt, told apart by `kind`. */
+export type OutcomeIn = Schemas["OutcomeIn"];
 type Json<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] extends {
     requestBody?: {
         content: {
@@ -43,12 +52,16 @@ export interface ClientOptions {
     /** A fetch to use instead of the global one. */
     fetch?: typeof fetch;
 }
-/** Full jitter: a random wait up to `base * 2**n`, capped (ms). */
+/**
+ * Full jitter: a random wait up to `base * 2**n`, capped (ms). With `floor` (0..1) at least
+ * that share of it is always waited, so that a run of quick failures never storms.
+ */
 export declare class Backoff {
     private readonly baseMs;
     private readonly capMs;
+    private readonly floor;
     private n;
-    constructor(baseMs?: number, capMs?: number);
+    constructor(baseMs?: number, capMs?: number, floor?: number);
     next(): number;
     reset(): void;
 }
@@ -60,6 +73,9 @@ interface Call {
     query?: Record<string, string | number | boolean | undefined | null>;
     idempotent?: boolean;
     extraMs?: number;
+    /** Cancels the request until its answer starts to arrive (it then throws ConnectionFailed). */
+    signal?: AbortSignal;
+    headers?: Record<string, string>;
 }
 /** A client of one settled server. */
 export declare class Client {
@@ -72,12 +88,31 @@ export declare class Client {
     /** Send one request: the parsed JSON answer, or undefined for 204. */
     request<T>(call: Call): Promise<T>;
     private once;
-    /** Enqueue one receipt (201 new, 200 identical; a different one throws 409 receipt_conflict). */
-    enqueue(receipt: Json<"/v1/receipts", "post">): Promise<Answer<"/v1/receipts", "post">>;
-    /** Enqueue up to 1024 receipts, each judged on its own. */
-    enqueueBatch(receipts: ReceiptIn[]): Promise<Schemas["ReceiptBatchResult"][]>;
-    /** Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried. */
-    claim(params: Json<"/v1/claims", "post">): Promise<ClaimsOut>;
+    /** Throw InvalidAnswer unless `ok` (the answer parsed, but is not the shape the operation answers). */
+    private expect;
+    /**
+     * Enqueue one receipt; answers its view. The same receipt again (same `finalized_at`,
+     * observation, group and priority) changes nothing and answers the same, whatever state it
+     * is in; the same id with other content throws ProblemError 409 `receipt_conflict`. Retried
+     * on 503, 504, 429, 500 `internal_error` or a lost connection (`retries` times), then throws.
+     * Without a `traceparent` of its own the receipt gets the active OpenTelemetry span's.
+     */
+    enqueue(receipt: ReceiptIn): Promise<ReceiptView>;
+    /**
+     * Enqueue up to 1024 receipts in one commit, each judged on its own: one result per
+     * receipt, in order (`created`, `existing`, or `conflict` / `invalid` with its `error`).
+     * Receipts without a `traceparent` of their own get the active OpenTelemetry span's.
+     */
+    enqueueBatch(receipts: ReceiptIn[]): Promise<ReceiptBatchResult[]>;
+    /**
+     * Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried.
+     * `signal` cancels it until its answer starts to arrive: a long poll still waiting ends on
+     * the server too, before it leases anything (but receipts leased at that very moment come
+     * back only when their leases end).
+     */
+    claim(params: ClaimsIn, options?: {
+        signal?: AbortSignal;
+    }): Promise<ClaimsOut>;
     /** Claim one receipt by id. */
     claimReceipt(receiptId: string, params: Json<"/v1/receipts/{id}/claim", "post">): Promise<Claim>;
     /** Extend one lease to now + `extendMs`; the answer is the claim to send from now on. */

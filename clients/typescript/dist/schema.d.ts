@@ -812,14 +812,20 @@ export interface components {
              * @description Total invocations, the last (failed) one included.
              */
             attempts: number;
-            /** @description Why the last invocation failed. */
+            /**
+             * @description Why the last invocation failed (the same as `last_failure.code`, kept
+             *     for clients written before `last_failure`).
+             */
             code: components["schemas"]["SettlementFailureCode"];
             /**
              * Format: int64
              * @description When it was dead-lettered (server ms).
              */
             dead_lettered_at_ms: number;
-            /** @description SHA-256 (hex) of the worker's `detail` text; the text itself is not kept. */
+            /**
+             * @description SHA-256 (hex) of the worker's `detail` text; the text itself is not
+             *     kept (the same as `last_failure.detail_sha256`).
+             */
             detail_sha256: string;
             /**
              * Format: int64
@@ -828,6 +834,11 @@ export interface components {
             finalized_at: number;
             /** @description The receipt's group (docs/groups.md). */
             group: string;
+            /**
+             * @description The failure that dead-lettered it, in the shape `GET /v1/receipts`
+             *     and `GET /v1/receipts/{id}` show it.
+             */
+            last_failure: components["schemas"]["FailureView"];
             receipt_id: string;
         };
         /**
@@ -849,8 +860,17 @@ export interface components {
         /** @description A page of dead letters ordered by `(finalized_at, receipt_id)`. */
         DeadLettersOut: {
             dead_letters: components["schemas"]["DeadLetter"][];
-            /** @description Pass as `after` for the next page; absent on the last page. */
+            /**
+             * @deprecated
+             * @description The same as `next_cursor` under its older name, absent on the last
+             *     page; kept for clients written before `next_cursor`.
+             */
             next?: string | null;
+            /**
+             * @description Pass as `cursor` for the next page; null on the last page (the same
+             *     shape as `GET /v1/receipts`).
+             */
+            next_cursor: string | null;
         };
         /** @description The last failure recorded for a receipt. */
         FailureView: {
@@ -858,6 +878,11 @@ export interface components {
             code: components["schemas"]["SettlementFailureCode"];
             /** @description SHA-256 (hex) of the worker's detail text. */
             detail_sha256: string;
+            /**
+             * @description The rail's own code for the failure (e.g. `card_declined`), when the
+             *     worker gave one.
+             */
+            rail_code?: string | null;
         };
         /** @description One feed entry: a history entry, its receipt and its position. */
         FeedEntry: components["schemas"]["HistoryEntry"] & {
@@ -897,6 +922,7 @@ export interface components {
             prefix?: string | null;
             /** Format: int64 */
             priority?: number | null;
+            rail_code?: string | null;
             state?: components["schemas"]["StateFilter"] | null;
         };
         /** @description A receipt as a search returns it (never its lease token or observation). */
@@ -1037,6 +1063,11 @@ export interface components {
              */
             observed_at_ms: number;
             outcome: components["schemas"]["HistoryOutcome"];
+            /**
+             * @description The rail's own code for a failure (e.g. `card_declined`), when the
+             *     worker gave one.
+             */
+            rail_code?: string | null;
             reason?: components["schemas"]["SettlementSkipReason"] | null;
             /**
              * Format: int64
@@ -1179,6 +1210,12 @@ export interface components {
              * @enum {string}
              */
             kind: "permanent";
+            /**
+             * @description The rail's own code for the failure, e.g. `card_declined` (1..=64
+             *     characters of `[A-Za-z0-9_.:-]`): kept in history and shown
+             *     beside `code`.
+             */
+            rail_code?: string | null;
         };
         /** @description An RFC 9457 problem with a stable machine `code` and an error `class`. */
         Problem: {
@@ -1201,17 +1238,18 @@ export interface components {
          *     receipt's state or lease does not allow it), `not_found`, `auth` (the
          *     token, or where the request came from), `capacity` (a limit of the
          *     server's, such as open streams, is reached: retry after `Retry-After`),
-         *     `invalid_record` (a stored value is corrupt; nothing changed) or
-         *     `backend` (retry later).
+         *     `invalid_record` (a stored value is corrupt; nothing changed),
+         *     `backend` (retry later) or `internal` (a fault of settled's own, logged
+         *     with its cause: retry a few times at most, then report it).
          * @enum {string}
          */
-        ProblemClass: "validation" | "conflict" | "invalid_record" | "backend" | "not_found" | "auth" | "capacity";
+        ProblemClass: "validation" | "conflict" | "invalid_record" | "backend" | "not_found" | "auth" | "capacity" | "internal";
         /**
          * @description What went wrong, as a stable machine code: program against this. Each is
          *     explained, with what a client should do, in docs/troubleshooting.md.
          * @enum {string}
          */
-        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_trace_context" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable";
+        ProblemCode: "malformed_json" | "unsupported_media_type" | "body_too_large" | "request_timeout" | "invalid_body" | "invalid_query" | "invalid_path" | "method_not_allowed" | "batch_size" | "invalid_receipt_id" | "invalid_finalized_at" | "invalid_visible_at_ms" | "invalid_observation" | "observation_too_large" | "invalid_transcript_id" | "invalid_retry_after" | "invalid_group" | "invalid_priority" | "invalid_trace_context" | "invalid_group_limits" | "worker_id_length" | "invalid_worker_id" | "lease_duration" | "claim_batch" | "invalid_wait_ms" | "invalid_claim" | "receipt_id_mismatch" | "invalid_limit" | "invalid_cursor" | "unauthorized" | "forbidden" | "cross_site_request" | "host_not_allowed" | "lease_conflict" | "lease_expired" | "receipt_not_leased" | "receipt_unknown" | "receipt_conflict" | "receipt_leased" | "receipt_not_visible" | "group_paused" | "group_at_limit" | "not_found" | "receipt_not_found" | "no_active_work" | "dead_letter_not_found" | "group_not_found" | "receipt_held" | "receipt_not_active" | "receipt_finished" | "count_mismatch" | "selection_too_large" | "bulk_incomplete" | "invalid_reason" | "history_cursor_expired" | "too_many_streams" | "invalid_record" | "backend_unavailable" | "time_limit_exceeded" | "internal_error" | "invalid_rail_code";
         /**
          * @description A token bucket: `per_second` claims per second on average, at most
          *     `burst` at once.
@@ -1225,7 +1263,8 @@ export interface components {
             burst: number;
             /**
              * Format: double
-             * @description Tokens added per second (a claimed receipt takes one): > 0, at most 1000000.
+             * @description Tokens added per second (a claimed receipt takes one): at least one a
+             *     day (1/86400, 0.000011574074074074073), at most 1000000.
              */
             per_second: number;
         };
@@ -1428,6 +1467,12 @@ export interface components {
              */
             kind: "retryable";
             /**
+             * @description The rail's own code for the failure, e.g. `card_declined` (1..=64
+             *     characters of `[A-Za-z0-9_.:-]`): kept in history and shown
+             *     beside `code`, which alone decides retry or dead letter.
+             */
+            rail_code?: string | null;
+            /**
              * Format: int64
              * @description The rail's own wait before another try, in ms (its `Retry-After`):
              *     the retry waits the longer of this and the policy's backoff, at
@@ -1482,6 +1527,13 @@ export interface components {
             canceled: number;
             /** Format: int64 */
             dead_lettered: number;
+            /**
+             * Format: int64
+             * @description Of the active receipts (`pending`, `retry_scheduled` or `leased`), those an
+             *     operator holds: not claimed again until released (docs/operators.md). Not a
+             *     state of its own either.
+             */
+            held: number;
             /** Format: int64 */
             leased: number;
             /**
@@ -1891,7 +1943,9 @@ export interface operations {
             query?: {
                 /** @description 1..=1000, default 100. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page. */
+                /** @description The `next_cursor` of the previous page (as `GET /v1/receipts` takes it). */
+                cursor?: string;
+                /** @description The same as `cursor`, under its older name. */
                 after?: string;
             };
             header?: never;
@@ -2458,6 +2512,11 @@ export interface operations {
                 group?: string;
                 /** @description Only receipts of this priority (-1000..=1000). */
                 priority?: number;
+                /**
+                 * @description The last failure's rail code, e.g. `card_declined` (1..=64
+                 *     characters of `[A-Za-z0-9_.:-]`).
+                 */
+                rail_code?: string;
                 /** @description `newest` (default) or `oldest` `finalized_at` first. */
                 order?: components["schemas"]["SearchOrder"];
                 /** @description Receipts per page: 1..=500, default 50. */

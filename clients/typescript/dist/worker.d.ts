@@ -21,9 +21,16 @@ export declare class Job {
 }
 /** Returning settles as `accepted` (the string is the transcript id; the receipt id when none). */
 export type Handler = (job: Job, signal: AbortSignal) => Promise<string | void> | string | void;
-export type ErrorPolicy = (error: unknown, job: Job) => OutcomeIn;
-export type WorkerEvent = "claimed" | "poll" | "no_action" | "retry_scheduled" | "dead_lettered" | "released" | "lease_lost" | "heartbeat" | "error";
+/**
+ * The outcome to report for an unexpected exception of the handler, or for an outcome the
+ * server refused (`error` is then an OutcomeRefused). Returning nothing, throwing or
+ * rejecting reports `defaultErrorOutcome` instead.
+ */
+export type ErrorPolicy = (error: unknown, job: Job) => OutcomeIn | undefined | void | Promise<OutcomeIn | undefined | void>;
+export type WorkerEvent = "claimed" | "poll" | "no_action" | "retry_scheduled" | "dead_lettered" | "released" | "lease_lost" | "outcome_refused" | "heartbeat" | "error";
 export interface Logger {
+    /** Stopping and stopped; falls back to `warn` when absent. */
+    info?(message: string): void;
     warn(message: string): void;
     error(message: string): void;
 }
@@ -40,7 +47,11 @@ export interface WorkerOptions {
     batchSize?: number;
     /** Long poll per claim, ms (≤ 20 000). Default 5 000. */
     waitMs?: number;
-    /** How long running jobs may take to finish once stopped. Default 30 000 ms. */
+    /**
+     * The most a stop takes, ms: running jobs get it less a reserve (a fifth, at most 2 s) to
+     * finish, then they are cancelled and every lease still held is reported or released.
+     * Default 30 000.
+     */
     shutdownTimeoutMs?: number;
     /** Safety margin before the local deadline, ms. Default min(1000, leaseMs / 10). */
     marginMs?: number;
@@ -48,10 +59,10 @@ export interface WorkerOptions {
     signal?: AbortSignal;
     /** Install SIGTERM / SIGINT handlers while running (a second signal stops at once). */
     handleSignals?: boolean;
-    /** What an unexpected exception reports. Default: retryable `rpc`, type and message in detail. */
+    /** What an unexpected exception, or a refused outcome, reports. Default: defaultErrorOutcome. */
     onError?: ErrorPolicy;
     onEvent?: (event: WorkerEvent, job: Job | undefined, info: Record<string, unknown>) => void;
-    /** Where lost leases and errors are logged, one line each. Default: console. */
+    /** Where stops, lost leases, refusals and errors are logged, one line each. Default: console. */
     logger?: Logger;
 }
 export interface WorkerStats {
@@ -62,12 +73,21 @@ export interface WorkerStats {
     skipped: number;
     released: number;
     leasesLost: number;
+    /** Outcomes the server refused (each then replaced by onError's, or released). */
+    outcomesRefused: number;
     heartbeats: number;
     leasesExtended: number;
     errors: Record<string, number>;
 }
-/** An unexpected exception is a retryable `rpc` failure; the server stores only the SHA-256 of `detail`. */
-export declare const defaultErrorOutcome: ErrorPolicy;
+/**
+ * The default onError: an unexpected exception is a retryable `rpc` failure (the rail call
+ * may pass next time); an outcome the server refused (OutcomeRefused) or one outside the spec
+ * (InvalidOutcome) is the worker's own fault, a retryable `backend` failure. Both are retried
+ * under the server's retry policy, then dead-lettered, visibly, instead of settled again and
+ * again unreported. The server stores only the SHA-256 of `detail` ("Name: message", cut to
+ * 1000 characters).
+ */
+export declare const defaultErrorOutcome: (error: unknown, _job?: Job) => OutcomeIn;
 /** Claims receipts and runs `handler` on each, `concurrency` at a time. */
 export declare class Worker {
     readonly client: Client;
@@ -75,20 +95,27 @@ export declare class Worker {
     private readonly o;
     private readonly leases;
     private runningCount;
-    private stopping;
-    private aborting;
+    private readonly stopping;
+    private readonly aborting;
     private wakeUp;
     private wakeSet;
     private slotWaiter;
     private claimingDone;
     private fatal;
     private readonly margin;
+    private active;
+    /** run() has ended: what a claim still brings is released at once. */
+    private finished;
+    private ended;
+    private inFlight;
+    private readonly log;
     constructor(client: Client, options: WorkerOptions);
     /**
-     * Stop claiming, let running jobs finish (within shutdownTimeoutMs), report
-     * them and release the rest. A second call stops at once.
+     * Stop claiming, let running jobs finish, report them and release the rest; resolves
+     * when run() has ended, within shutdownTimeoutMs (at once when not running). A second
+     * call stops at once: running jobs are cancelled and their leases released.
      */
-    stop(): void;
+    stop(): Promise<void>;
     /** Run until stopped. Rejects with WorkerStopped when the server refuses the token or a parameter. */
     run(): Promise<void>;
     private poke;
@@ -99,17 +126,49 @@ export declare class Worker {
     private static isFatal;
     /** 401 / 403 / 422: retrying cannot fix it. */
     private fail;
+    /** The shutdown timeout: cancel what still runs; its lease is released. */
+    private expire;
+    /** Stopping: cancel the claim in flight unless it answers within CLAIM_GRACE_MS. */
+    private cancelClaimSoon;
     private claimLoop;
+    /** One turn of the claim loop; true when the loop must end. */
+    private claimOnce;
+    /** How long to wait before the next claim after one that brought nothing. */
+    private pauseAfterEmpty;
+    private lease;
     private hold;
     private startQueued;
     private runJob;
+    /**
+     * onError's outcome for `error`, or the default one when the hook throws, rejects or gives
+     * no valid outcome; undefined when the lease was lost or cancelled meanwhile.
+     */
+    private hookOutcome;
     private lose;
     private done;
     private commitLoop;
-    private stopStep;
     private sendOutcomes;
+    private sendBatch;
+    private retryLater;
     private count;
     private itemError;
+    /** Count, log (once) and tell onEvent about an outcome refused or outside the spec. */
+    private noteRefused;
+    /**
+     * The server refused this lease's outcome: report onError's instead; if that is refused
+     * too, release the lease. Never drop it: a receipt left to expire unreported comes back
+     * with no attempt counted, and would be settled again and again.
+     */
+    private refuse;
+    private hookDone;
     private sendReleases;
+    /** Release one lease; throws only what is worth trying again (while the lease lasts). */
+    private release;
     private sendHeartbeats;
+    /**
+     * After run() has ended: report the outcomes ready and release every other lease, once
+     * each, in the background; what fails comes back when its lease ends. Never rejects.
+     */
+    private drain;
+    private drainOnce;
 }

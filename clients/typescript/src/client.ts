@@ -1,24 +1,37 @@
 // A client of settled's HTTP API: one method per operation, on the global fetch.
 //
 // Every error answer throws ProblemError (branch on `.code`); no answer throws
-// ConnectionFailed. Only requests safe to repeat are retried here: enqueues
-// (idempotent by receipt id) and reads, on 503 or a lost connection, with
-// full-jitter backoff. A claim is never retried blindly (the server may have
-// leased receipts already); the worker polls again instead.
+// ConnectionFailed; a success whose body is not the JSON expected throws
+// InvalidAnswer. Only requests safe to repeat are retried here: enqueues
+// (idempotent by receipt id) and reads, on 503, 504, 429, 500 internal_error or a
+// lost connection, a bounded number of times with full-jitter backoff. A claim is
+// never retried blindly (the server may have leased receipts already); the worker
+// polls again instead.
 
 import type { components, paths } from "./schema.js";
-import { ConnectionFailed, ProblemError } from "./errors.js";
+import { ConnectionFailed, InvalidAnswer, ProblemError } from "./errors.js";
+import { traceHeaders } from "./tracing.js";
 
 type Schemas = components["schemas"];
 export type Claim = Schemas["Claim"];
-export type OutcomeIn = Schemas["OutcomeIn"];
 export type Route = Schemas["Route"];
 export type Problem = Schemas["Problem"];
+/** A receipt to enqueue: the body of `enqueue`, and one item of `enqueueBatch`. */
 export type ReceiptIn = Schemas["ReceiptIn"];
+/** What `enqueueBatch` answers for one receipt (`status`: `created`, `existing`, `conflict`, `invalid`). */
+export type ReceiptBatchResult = Schemas["ReceiptBatchResult"];
 export type ReceiptView = Schemas["ReceiptView"];
+export type ClaimsIn = Schemas["ClaimsIn"];
 export type ClaimsOut = Schemas["ClaimsOut"];
 export type OutcomeResult = Schemas["OutcomeResult"];
 export type LeaseExtendResult = Schemas["LeaseExtendResult"];
+
+export type AcceptedOutcome = Schemas["AcceptedOutcome"];
+export type SkippedOutcome = Schemas["SkippedOutcome"];
+export type RetryableOutcome = Schemas["RetryableOutcome"];
+export type PermanentOutcome = Schemas["PermanentOutcome"];
+/** What a worker reports for a claimed receipt, told apart by `kind`. */
+export type OutcomeIn = Schemas["OutcomeIn"];
 
 type Json<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] extends {
   requestBody?: { content: { "application/json": infer B } };
@@ -44,17 +57,21 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
-/** Full jitter: a random wait up to `base * 2**n`, capped (ms). */
+/**
+ * Full jitter: a random wait up to `base * 2**n`, capped (ms). With `floor` (0..1) at least
+ * that share of it is always waited, so that a run of quick failures never storms.
+ */
 export class Backoff {
   private n = 0;
   constructor(
     private readonly baseMs = 100,
     private readonly capMs = 5_000,
+    private readonly floor = 0,
   ) {}
   next(): number {
-    const wait = Math.random() * Math.min(this.capMs, this.baseMs * 2 ** this.n);
+    const ceiling = Math.min(this.capMs, this.baseMs * 2 ** this.n);
     this.n = Math.min(this.n + 1, 30);
-    return wait;
+    return ceiling * (this.floor + (1 - this.floor) * Math.random());
   }
   reset(): void {
     this.n = 0;
@@ -89,7 +106,13 @@ interface Call {
   query?: Record<string, string | number | boolean | undefined | null>;
   idempotent?: boolean;
   extraMs?: number;
+  /** Cancels the request until its answer starts to arrive (it then throws ConnectionFailed). */
+  signal?: AbortSignal;
+  headers?: Record<string, string>;
 }
+
+/** The longest `Retry-After` a retried request honours, ms. */
+const MAX_RETRY_AFTER_MS = 10_000;
 
 /** A client of one settled server. */
 export class Client {
@@ -115,13 +138,19 @@ export class Client {
     const backoff = new Backoff();
     const tries = call.idempotent ? this.retries + 1 : 1;
     for (let attempt = 1; ; attempt++) {
+      let wait: number;
       try {
         return await this.once<T>(call);
       } catch (e) {
-        const again = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
-        if (!again || attempt >= tries) throw e;
+        // InvalidAnswer is a ConnectionFailed: the request may or may not have been done.
+        const again = e instanceof ConnectionFailed || (e instanceof ProblemError && (e.retryable || e.internal));
+        if (!again || attempt >= tries || call.signal?.aborted) throw e;
+        wait = backoff.next();
+        if (e instanceof ProblemError && e.retryAfterMs !== undefined) {
+          wait = Math.max(wait, Math.min(e.retryAfterMs, MAX_RETRY_AFTER_MS));
+        }
       }
-      await sleep(backoff.next());
+      await sleep(wait, call.signal);
     }
   }
 
@@ -133,7 +162,7 @@ export class Client {
       const text = q.toString();
       if (text) url += `?${text}`;
     }
-    const headers = { ...this.headers };
+    const headers = { ...this.headers, ...call.headers };
     let body: string | undefined;
     if (call.method !== "GET") {
       headers["content-type"] = "application/json";
@@ -142,6 +171,9 @@ export class Client {
     // A plain controller and timer: AbortSignal.timeout() costs more CPU per request.
     const limit = new AbortController();
     const timer = setTimeout(() => limit.abort(), this.timeoutMs + (call.extraMs ?? 0));
+    const cancel = () => limit.abort();
+    call.signal?.addEventListener("abort", cancel, { once: true });
+    if (call.signal?.aborted) limit.abort();
     let answer: Response;
     let text: string;
     try {
@@ -151,6 +183,8 @@ export class Client {
         const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
         throw new ConnectionFailed(`${call.method} ${call.path}: ${why}`, { cause: e });
       }
+      // An answer on its way is read to its end: `signal` cancels only a request not yet answered.
+      call.signal?.removeEventListener("abort", cancel);
       try {
         text = await answer.text();
       } catch (e) {
@@ -158,34 +192,79 @@ export class Client {
       }
     } finally {
       clearTimeout(timer);
+      call.signal?.removeEventListener("abort", cancel);
     }
-    if (answer.status >= 400) throw problem(answer.status, text);
-    return (text ? JSON.parse(text) : undefined) as T;
+    if (answer.status >= 400) throw problem(answer.status, text, answer.headers.get("retry-after"));
+    if (!text) return undefined as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch (e) {
+      const shown = text.length > 80 ? `${text.slice(0, 80)}…` : text;
+      throw new InvalidAnswer(
+        `${call.method} ${call.path}: ${answer.status} answer is not JSON (${text.length} bytes: ${JSON.stringify(shown)})`,
+        answer.status,
+        { cause: e },
+      );
+    }
+  }
+
+  /** Throw InvalidAnswer unless `ok` (the answer parsed, but is not the shape the operation answers). */
+  private expect(ok: boolean, call: string, what: string): void {
+    if (!ok) throw new InvalidAnswer(`${call}: the answer has no ${what}`, 200);
   }
 
   // Producers.
 
-  /** Enqueue one receipt (201 new, 200 identical; a different one throws 409 receipt_conflict). */
-  enqueue(receipt: Json<"/v1/receipts", "post">): Promise<Answer<"/v1/receipts", "post">> {
-    return this.request({ method: "POST", path: "/v1/receipts", body: receipt, idempotent: true });
+  /**
+   * Enqueue one receipt; answers its view. The same receipt again (same `finalized_at`,
+   * observation, group and priority) changes nothing and answers the same, whatever state it
+   * is in; the same id with other content throws ProblemError 409 `receipt_conflict`. Retried
+   * on 503, 504, 429, 500 `internal_error` or a lost connection (`retries` times), then throws.
+   * Without a `traceparent` of its own the receipt gets the active OpenTelemetry span's.
+   */
+  async enqueue(receipt: ReceiptIn): Promise<ReceiptView> {
+    const headers = await traceHeaders();
+    const out = await this.request<ReceiptView>({ method: "POST", path: "/v1/receipts", body: receipt, idempotent: true, headers });
+    this.expect(typeof out?.receipt_id === "string", "POST /v1/receipts", "receipt");
+    return out;
   }
 
-  /** Enqueue up to 1024 receipts, each judged on its own. */
-  async enqueueBatch(receipts: ReceiptIn[]): Promise<Schemas["ReceiptBatchResult"][]> {
+  /**
+   * Enqueue up to 1024 receipts in one commit, each judged on its own: one result per
+   * receipt, in order (`created`, `existing`, or `conflict` / `invalid` with its `error`).
+   * Receipts without a `traceparent` of their own get the active OpenTelemetry span's.
+   */
+  async enqueueBatch(receipts: ReceiptIn[]): Promise<ReceiptBatchResult[]> {
+    const headers = await traceHeaders();
     const out = await this.request<Answer<"/v1/receipts/batch", "post">>({
       method: "POST",
       path: "/v1/receipts/batch",
       body: { receipts },
       idempotent: true,
+      headers,
     });
+    this.expect(Array.isArray(out?.results) && out.results.length === receipts.length, "POST /v1/receipts/batch", "results");
     return out.results;
   }
 
   // Workers.
 
-  /** Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried. */
-  claim(params: Json<"/v1/claims", "post">): Promise<ClaimsOut> {
-    return this.request({ method: "POST", path: "/v1/claims", body: params, extraMs: params.wait_ms ?? 0 });
+  /**
+   * Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried.
+   * `signal` cancels it until its answer starts to arrive: a long poll still waiting ends on
+   * the server too, before it leases anything (but receipts leased at that very moment come
+   * back only when their leases end).
+   */
+  async claim(params: ClaimsIn, options: { signal?: AbortSignal } = {}): Promise<ClaimsOut> {
+    const out = await this.request<ClaimsOut>({
+      method: "POST",
+      path: "/v1/claims",
+      body: params,
+      extraMs: params.wait_ms ?? 0,
+      signal: options.signal,
+    });
+    this.expect(Array.isArray(out?.claims), "POST /v1/claims", "claims");
+    return out;
   }
 
   /** Claim one receipt by id. */
@@ -209,6 +288,7 @@ export class Client {
       path: "/v1/leases/extend",
       body,
     });
+    this.expect(Array.isArray(out?.results) && out.results.length === leases.length, "POST /v1/leases/extend", "results");
     return out.results;
   }
 
@@ -226,8 +306,9 @@ export class Client {
 
   /** Record up to 1024 outcomes in one commit, each judged on its own. */
   async outcomes(items: Array<[Claim, OutcomeIn]>): Promise<OutcomeResult[]> {
-    const body: Json<"/v1/outcomes", "post"> = { outcomes: items.map(([claim, outcome]) => ({ claim, outcome })) };
+    const body = { outcomes: items.map(([claim, outcome]) => ({ claim, outcome })) };
     const out = await this.request<Answer<"/v1/outcomes", "post">>({ method: "POST", path: "/v1/outcomes", body });
+    this.expect(Array.isArray(out?.results) && out.results.length === items.length, "POST /v1/outcomes", "results");
     return out.results;
   }
 
@@ -284,16 +365,22 @@ export class Client {
   }
 }
 
-function problem(status: number, text: string): ProblemError {
+function problem(status: number, text: string, retryAfter: string | null): ProblemError {
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
     body = undefined;
   }
+  // Retry-After in seconds (an HTTP date is not worth the parsing here).
+  const seconds = retryAfter === null ? NaN : Number(retryAfter);
+  const wait = Number.isFinite(seconds) && seconds >= 0 ? Math.round(seconds * 1000) : undefined;
   if (body && typeof body === "object" && "code" in body) {
     const p = body as Partial<Problem>;
-    return new ProblemError(p.status ?? status, String(p.code), String(p.class ?? ""), String(p.detail ?? ""), body);
+    const code = String(p.code);
+    return new ProblemError(status, code, String(p.class ?? ""), String(p.detail ?? ""), body, wait);
   }
-  return new ProblemError(status, `http_${status}`, status >= 500 ? "backend" : "validation", text.slice(0, 200), body);
+  // Not a problem (a proxy's page, say): a 5xx is worth another try, anything else is not.
+  const cls = status >= 500 ? "backend" : "validation";
+  return new ProblemError(status, `http_${status}`, cls, text.slice(0, 200), body, wait);
 }

@@ -1,5 +1,53 @@
 // Errors the client throws, and the outcomes a handler throws.
 
+import type { components } from "./schema.js";
+
+type Schemas = components["schemas"];
+
+/** A failure code: the server's closed set (only `rpc` and `backend` are retried). */
+export type FailureCode = Schemas["SettlementFailureCode"];
+/** Why no settlement was needed: the server's closed set. */
+export type SkipReason = Schemas["SettlementSkipReason"];
+
+// Keyed by the generated unions, so that tsc fails when the spec adds or drops a code and
+// these lists are not brought along.
+const FAILURE_CODE_SET: { readonly [K in FailureCode]: true } = {
+  invalid_receipt_signature: true,
+  invalid_action_hash: true,
+  untrusted_receipt_signer: true,
+  malformed_financial_metadata: true,
+  invalid_observation: true,
+  rpc: true,
+  invalid_input: true,
+  invalid_dispatch: true,
+  invalid_binding: true,
+  unsupported: true,
+  serialization: true,
+  signature: true,
+  verification: true,
+  backend: true,
+};
+const SKIP_REASON_SET: { readonly [K in SkipReason]: true } = {
+  denied: true,
+  no_economic_intent: true,
+  zero_charge: true,
+};
+
+/** Every failure code the server accepts. */
+export const FAILURE_CODES: readonly FailureCode[] = Object.freeze(Object.keys(FAILURE_CODE_SET) as FailureCode[]);
+/** Every skip reason the server accepts. */
+export const SKIP_REASONS: readonly SkipReason[] = Object.freeze(Object.keys(SKIP_REASON_SET) as SkipReason[]);
+/** A rail's own code (`railCode`): 1..=64 characters of `A-Z a-z 0-9 _ . : -`. */
+export const RAIL_CODE_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+export function isFailureCode(value: unknown): value is FailureCode {
+  return typeof value === "string" && Object.prototype.hasOwnProperty.call(FAILURE_CODE_SET, value);
+}
+
+export function isSkipReason(value: unknown): value is SkipReason {
+  return typeof value === "string" && Object.prototype.hasOwnProperty.call(SKIP_REASON_SET, value);
+}
+
 /** Base of every error this package throws. */
 export class SettledError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -19,19 +67,33 @@ export class ProblemError extends SettledError {
   readonly class: string;
   readonly detail: string;
   readonly body: unknown;
+  /** The answer's `Retry-After`, in ms, when it had one. */
+  readonly retryAfterMs: number | undefined;
 
-  constructor(status: number, code: string, cls: string, detail: string, body?: unknown) {
+  constructor(status: number, code: string, cls: string, detail: string, body?: unknown, retryAfterMs?: number) {
     super(`${status} ${code}: ${detail}`);
     this.status = status;
     this.code = code;
     this.class = cls;
     this.detail = detail;
     this.body = body;
+    this.retryAfterMs = retryAfterMs;
   }
 
-  /** A 503 or 429 (a backend problem, or a server limit reached): worth trying again later. */
+  /**
+   * Worth trying again soon: the database is unavailable (503), the request ran out of time
+   * on the server (504), a server limit was reached (429).
+   */
   get retryable(): boolean {
-    return this.class === "backend" || this.class === "capacity" || this.status === 503 || this.status === 429;
+    return this.class === "backend" || this.class === "capacity" || [429, 503, 504].includes(this.status);
+  }
+
+  /**
+   * A 500 `internal_error`: a fault in the server. Retried, but only a few times, since the
+   * same request may fail the same way (not `invalid_record`, which no retry fixes).
+   */
+  get internal(): boolean {
+    return this.status === 500 && (this.class === "internal" || this.code === "internal_error");
   }
 
   /** A 409 on a request that carried a claim: the lease is no longer ours. */
@@ -43,6 +105,18 @@ export class ProblemError extends SettledError {
 /** No answer: the connection failed or timed out (the request may or may not have been done). */
 export class ConnectionFailed extends SettledError {}
 
+/**
+ * A success status whose body is not the JSON the operation answers (a proxy's page, a body
+ * cut short): as with no answer, the request may or may not have been done.
+ */
+export class InvalidAnswer extends ConnectionFailed {
+  readonly status: number;
+  constructor(message: string, status: number, options?: { cause?: unknown }) {
+    super(message, options);
+    this.status = status;
+  }
+}
+
 /** The worker stopped on an error retrying cannot fix (bad token, refused parameter). */
 export class WorkerStopped extends SettledError {
   readonly problem: ProblemError | undefined;
@@ -52,33 +126,194 @@ export class WorkerStopped extends SettledError {
   }
 }
 
-/** Throw from a handler: the settlement failed and may pass later (`code` `rpc` or `backend`). */
+/**
+ * An outcome outside the spec: a failure code or skip reason not in its closed set, a
+ * malformed `railCode` or `retryAfterMs`. Thrown when the outcome is made, so that a typo
+ * shows at once; a worker reports such a handler through `onError`.
+ */
+export class InvalidOutcome extends SettledError {}
+
+/**
+ * The server refused the outcome the worker reported for a job (a 422 such as
+ * `invalid_transcript_id`, `invalid_body` or `invalid_rail_code`). Handed to `onError`,
+ * whose outcome is reported instead.
+ */
+export class OutcomeRefused extends SettledError {
+  /** The item's problem: `status`, `code`, `class`, `detail`. */
+  readonly status: number;
+  readonly code: string;
+  readonly class: string;
+  readonly detail: string;
+  /** The outcome that was refused. */
+  readonly outcome: unknown;
+  constructor(problem: { status: number; code: string; class: string; detail: string }, outcome: unknown) {
+    super(`${problem.status} ${problem.code}: ${problem.detail}`);
+    this.status = problem.status;
+    this.code = problem.code;
+    this.class = problem.class;
+    this.detail = problem.detail;
+    this.outcome = outcome;
+  }
+}
+
+/** Options of Permanent (and of Retryable). */
+export interface FailureOptions {
+  /** Free text; the server stores only its SHA-256. */
+  detail?: string;
+  /** The rail's own code (e.g. `card_declined`), kept in the history: see RAIL_CODE_PATTERN. */
+  railCode?: string;
+}
+
+/** Options of Retryable. */
+export interface RetryableOptions extends FailureOptions {
+  /** The rail's own wait before another try (its `Retry-After`), in ms. */
+  retryAfterMs?: number;
+}
+
+const shown = (value: unknown): string => {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+};
+
+function checkCode(code: unknown, what: string): void {
+  if (!isFailureCode(code)) {
+    throw new InvalidOutcome(
+      `${what}unknown failure code ${shown(code)}: the codes are ${FAILURE_CODES.join(", ")} (a rail's own code goes in railCode)`,
+    );
+  }
+}
+
+function checkReason(reason: unknown, what: string): void {
+  if (!isSkipReason(reason)) {
+    throw new InvalidOutcome(`${what}unknown skip reason ${shown(reason)}: the reasons are ${SKIP_REASONS.join(", ")}`);
+  }
+}
+
+function checkDetail(detail: unknown, what: string): void {
+  if (detail !== undefined && detail !== null && typeof detail !== "string") {
+    throw new InvalidOutcome(`${what}detail must be a string, not ${typeof detail}`);
+  }
+}
+
+function checkRailCode(railCode: unknown, what: string): void {
+  if (railCode !== undefined && railCode !== null && !(typeof railCode === "string" && RAIL_CODE_PATTERN.test(railCode))) {
+    throw new InvalidOutcome(`${what}invalid rail code ${shown(railCode)}: 1..=64 characters of A-Z a-z 0-9 _ . : -`);
+  }
+}
+
+function checkRetryAfter(ms: unknown, what: string): void {
+  if (ms !== undefined && ms !== null && !(typeof ms === "number" && Number.isSafeInteger(ms) && ms >= 0)) {
+    throw new InvalidOutcome(`${what}retry after must be a whole number of ms >= 0, not ${shown(ms)}`);
+  }
+}
+
+/**
+ * Throw InvalidOutcome unless `outcome` is an outcome of the spec's kinds and closed sets
+ * (the server judges the rest, such as a transcript id's length).
+ */
+export function checkOutcome(outcome: unknown): asserts outcome is OutcomeShape {
+  if (typeof outcome !== "object" || outcome === null) {
+    throw new InvalidOutcome(`an outcome is an object with a kind, not ${shown(outcome)}`);
+  }
+  const o = outcome as Record<string, unknown>;
+  switch (o.kind) {
+    case "accepted":
+      if (typeof o.transcript_id !== "string") throw new InvalidOutcome("an accepted outcome needs a transcript_id string");
+      return;
+    case "skipped":
+      return checkReason(o.reason, "");
+    case "retryable":
+    case "permanent":
+      checkCode(o.code, "");
+      checkDetail(o.detail, "");
+      checkRailCode(o.rail_code, "");
+      if (o.kind === "retryable") checkRetryAfter(o.retry_after_ms, "");
+      return;
+    default:
+      throw new InvalidOutcome(`unknown outcome kind ${shown(o.kind)}: accepted, skipped, retryable or permanent`);
+  }
+}
+
+/** What checkOutcome lets through (the outcome types live in client.ts). */
+type OutcomeShape = { kind: "accepted" | "skipped" | "retryable" | "permanent" };
+
+function checkFailure(kind: string, code: unknown, options: RetryableOptions): void {
+  const what = `${kind}: `;
+  checkCode(code, what);
+  checkDetail(options.detail, what);
+  checkRailCode(options.railCode, what);
+  checkRetryAfter(options.retryAfterMs, what);
+}
+
+function options(detailOrOptions: string | RetryableOptions | undefined, retryAfterMs?: number): RetryableOptions {
+  if (typeof detailOrOptions === "object" && detailOrOptions !== null) return { ...detailOrOptions };
+  return { detail: detailOrOptions, retryAfterMs };
+}
+
+/**
+ * Throw from a handler: the settlement failed and may pass later. Only `rpc` and `backend`
+ * are retried; any other code dead-letters. An unknown code is a type error, and throws
+ * InvalidOutcome here.
+ *
+ *     new Retryable("rpc", "rail timed out")
+ *     new Retryable("rpc", { detail: "429 from the rail", retryAfterMs: 30_000, railCode: "rate_limited" })
+ */
 export class Retryable extends Error {
-  constructor(
-    readonly code: string = "rpc",
-    readonly detail?: string,
-    readonly retryAfterMs?: number,
-  ) {
-    super(detail ?? code);
+  readonly code: FailureCode;
+  readonly detail: string | undefined;
+  readonly retryAfterMs: number | undefined;
+  readonly railCode: string | undefined;
+  constructor(code?: FailureCode, detail?: string, retryAfterMs?: number);
+  constructor(code: FailureCode, options: RetryableOptions);
+  constructor(code: FailureCode = "rpc", detailOrOptions?: string | RetryableOptions, retryAfterMs?: number) {
+    const o = options(detailOrOptions, retryAfterMs);
+    checkFailure("Retryable", code, o);
+    super(o.detail ?? code);
     this.name = "Retryable";
+    this.code = code;
+    this.detail = o.detail;
+    this.retryAfterMs = o.retryAfterMs;
+    this.railCode = o.railCode;
   }
 }
 
-/** Throw from a handler: the settlement failed for good; the receipt is dead-lettered. */
+/**
+ * Throw from a handler: the settlement failed for good; the receipt is dead-lettered. An
+ * unknown code is a type error, and throws InvalidOutcome here: put the rail's own words
+ * in `railCode`.
+ *
+ *     new Permanent("verification", { detail: "declined by the issuer", railCode: "card_declined" })
+ */
 export class Permanent extends Error {
-  constructor(
-    readonly code: string,
-    readonly detail?: string,
-  ) {
-    super(detail ?? code);
+  readonly code: FailureCode;
+  readonly detail: string | undefined;
+  readonly railCode: string | undefined;
+  constructor(code: FailureCode, detail?: string);
+  constructor(code: FailureCode, options: FailureOptions);
+  constructor(code: FailureCode, detailOrOptions?: string | FailureOptions) {
+    const o = options(detailOrOptions);
+    checkFailure("Permanent", code, o);
+    super(o.detail ?? code);
     this.name = "Permanent";
+    this.code = code;
+    this.detail = o.detail;
+    this.railCode = o.railCode;
   }
 }
 
-/** Throw from a handler: no settlement is needed (`zero_charge`, `denied`, `no_economic_intent`). */
+/**
+ * Throw from a handler: no settlement is needed (`zero_charge`, `denied`, `no_economic_intent`).
+ * An unknown reason is a type error, and throws InvalidOutcome here.
+ */
 export class Skip extends Error {
-  constructor(readonly reason: string) {
+  readonly reason: SkipReason;
+  constructor(reason: SkipReason) {
+    checkReason(reason, "Skip: ");
     super(reason);
     this.name = "Skip";
+    this.reason = reason;
   }
 }

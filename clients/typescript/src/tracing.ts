@@ -1,4 +1,5 @@
-// Run each handler inside a span that continues the producer's trace.
+// Run each handler inside a span that continues the producer's trace, and hand
+// a producer's active trace context to what it enqueues.
 //
 // Only when @opentelemetry/api is installed (with an SDK to export, and a
 // context manager such as the NodeSDK's): the claim carries the producer's W3C
@@ -16,6 +17,28 @@ let loading: Promise<Api | null> | undefined;
 export function loadTracing(): Promise<Api | null> {
   loading ??= import("@opentelemetry/api").catch(() => null);
   return loading;
+}
+
+/**
+ * The active span's `traceparent` / `tracestate` headers, for an enqueue: the server keeps
+ * them with the receipt unless its body carries its own. None without OpenTelemetry or
+ * outside a valid span.
+ */
+export async function traceHeaders(): Promise<Record<string, string>> {
+  const api = await loadTracing();
+  if (!api) return {};
+  try {
+    const context = api.trace.getSpan(api.context.active())?.spanContext();
+    if (!context || !api.isSpanContextValid(context)) return {};
+    const flags = (context.traceFlags & 0xff).toString(16).padStart(2, "0");
+    const headers: Record<string, string> = { traceparent: `00-${context.traceId}-${context.spanId}-${flags}` };
+    const state = context.traceState?.serialize();
+    if (state) headers.tracestate = state;
+    return headers;
+  } catch {
+    // Tracing never costs an enqueue.
+    return {};
+  }
 }
 
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;

@@ -11,20 +11,53 @@
 //   a heartbeat and an outcome for the same claim never race;
 // - a 409 (or the local deadline) means the lease is lost: the job's
 //   AbortSignal fires, job.lost is set, and no outcome is sent for it;
-// - 503 and lost connections back off with full jitter; 401, 403 and 422
-//   stop the worker with WorkerStopped;
+// - 503, 504, 429, 500 internal_error, answers that are not JSON and lost
+//   connections back off with jitter; 401, 403 and 422 stop the worker with
+//   WorkerStopped;
+// - an outcome outside the spec (checked before it is sent) or refused by the
+//   server (a 422 for one item) is replaced by onError's outcome, so that the
+//   receipt uses up an attempt instead of coming back unreported for ever; if
+//   that is refused too, the lease is released;
 // - on stop: no more claims, running jobs get shutdownTimeoutMs to finish and
-//   are reported, claims not started are released;
+//   are reported, claims not started are released; run() ends within
+//   shutdownTimeoutMs whatever the server does;
 // - outcomes of jobs that finish together go in one POST /v1/outcomes.
+//
+// No promise of this module is left to reject unobserved: a hook or handler
+// that throws, and an answer that cannot be read, are logged and counted.
 
 import { performance } from "node:perf_hooks";
 
 import { Backoff, sleep } from "./client.js";
-import type { Claim, Client, OutcomeIn, Problem, Route } from "./client.js";
-import { ConnectionFailed, Permanent, ProblemError, Retryable, Skip, WorkerStopped } from "./errors.js";
+import type { Claim, ClaimsOut, Client, OutcomeIn, Problem, Route } from "./client.js";
+import {
+  ConnectionFailed,
+  InvalidAnswer,
+  InvalidOutcome,
+  OutcomeRefused,
+  Permanent,
+  ProblemError,
+  Retryable,
+  Skip,
+  WorkerStopped,
+  checkOutcome,
+} from "./errors.js";
 import { loadTracing, startHandlerSpan } from "./tracing.js";
+import type { HandlerSpan } from "./tracing.js";
 
 const MAX_ITEMS = 1024;
+/** The most a claim answer's `look_again_ms` is trusted for: a day. */
+const MAX_LOOK_AGAIN_MS = 86_400_000;
+/**
+ * How long a stop lets the claim in flight answer before cancelling it: an answer already on
+ * its way is taken (and its receipts released); a long poll still waiting is cancelled, which
+ * ends it on the server too, before it leases anything.
+ */
+const CLAIM_GRACE_MS = 200;
+/** The whole-batch answers to outcomes that may be one item's fault: then sent one by one. */
+const ITEM_FAULTS = new Set([400, 413, 422]);
+/** Details the runtime writes are cut to this length: outcome batches must stay small. */
+const MAX_DETAIL = 1_000;
 const now = (): number => performance.now();
 
 /** One claimed receipt, as a handler sees it. */
@@ -62,7 +95,15 @@ export class Job {
 
 /** Returning settles as `accepted` (the string is the transcript id; the receipt id when none). */
 export type Handler = (job: Job, signal: AbortSignal) => Promise<string | void> | string | void;
-export type ErrorPolicy = (error: unknown, job: Job) => OutcomeIn;
+/**
+ * The outcome to report for an unexpected exception of the handler, or for an outcome the
+ * server refused (`error` is then an OutcomeRefused). Returning nothing, throwing or
+ * rejecting reports `defaultErrorOutcome` instead.
+ */
+export type ErrorPolicy = (
+  error: unknown,
+  job: Job,
+) => OutcomeIn | undefined | void | Promise<OutcomeIn | undefined | void>;
 export type WorkerEvent =
   | "claimed"
   | "poll"
@@ -71,10 +112,13 @@ export type WorkerEvent =
   | "dead_lettered"
   | "released"
   | "lease_lost"
+  | "outcome_refused"
   | "heartbeat"
   | "error";
 
 export interface Logger {
+  /** Stopping and stopped; falls back to `warn` when absent. */
+  info?(message: string): void;
   warn(message: string): void;
   error(message: string): void;
 }
@@ -92,7 +136,11 @@ export interface WorkerOptions {
   batchSize?: number;
   /** Long poll per claim, ms (≤ 20 000). Default 5 000. */
   waitMs?: number;
-  /** How long running jobs may take to finish once stopped. Default 30 000 ms. */
+  /**
+   * The most a stop takes, ms: running jobs get it less a reserve (a fifth, at most 2 s) to
+   * finish, then they are cancelled and every lease still held is reported or released.
+   * Default 30 000.
+   */
   shutdownTimeoutMs?: number;
   /** Safety margin before the local deadline, ms. Default min(1000, leaseMs / 10). */
   marginMs?: number;
@@ -100,10 +148,10 @@ export interface WorkerOptions {
   signal?: AbortSignal;
   /** Install SIGTERM / SIGINT handlers while running (a second signal stops at once). */
   handleSignals?: boolean;
-  /** What an unexpected exception reports. Default: retryable `rpc`, type and message in detail. */
+  /** What an unexpected exception, or a refused outcome, reports. Default: defaultErrorOutcome. */
   onError?: ErrorPolicy;
   onEvent?: (event: WorkerEvent, job: Job | undefined, info: Record<string, unknown>) => void;
-  /** Where lost leases and errors are logged, one line each. Default: console. */
+  /** Where stops, lost leases, refusals and errors are logged, one line each. Default: console. */
   logger?: Logger;
 }
 
@@ -115,33 +163,129 @@ export interface WorkerStats {
   skipped: number;
   released: number;
   leasesLost: number;
+  /** Outcomes the server refused (each then replaced by onError's, or released). */
+  outcomesRefused: number;
   heartbeats: number;
   leasesExtended: number;
   errors: Record<string, number>;
 }
 
-/** An unexpected exception is a retryable `rpc` failure; the server stores only the SHA-256 of `detail`. */
-export const defaultErrorOutcome: ErrorPolicy = (error) => {
-  const name = error instanceof Error ? error.name : typeof error;
-  const message = error instanceof Error ? error.message : String(error);
-  return { kind: "retryable", code: "rpc", detail: `${name}: ${message}` };
+/** Text for logs and details, whatever was thrown. */
+function describe(value: unknown): string {
+  try {
+    if (value instanceof Error) return `${value.name}: ${value.message}`;
+    return typeof value === "string" ? value : String(value);
+  } catch {
+    return "(unprintable value)";
+  }
+}
+
+const cut = (text: string): string => (text.length > MAX_DETAIL ? `${text.slice(0, MAX_DETAIL - 1)}…` : text);
+
+/**
+ * The default onError: an unexpected exception is a retryable `rpc` failure (the rail call
+ * may pass next time); an outcome the server refused (OutcomeRefused) or one outside the spec
+ * (InvalidOutcome) is the worker's own fault, a retryable `backend` failure. Both are retried
+ * under the server's retry policy, then dead-lettered, visibly, instead of settled again and
+ * again unreported. The server stores only the SHA-256 of `detail` ("Name: message", cut to
+ * 1000 characters).
+ */
+export const defaultErrorOutcome = (error: unknown, _job?: Job): OutcomeIn => {
+  let name = typeof error;
+  let message: string;
+  try {
+    if (error instanceof Error) {
+      name = error.name as typeof name;
+      message = error.message;
+    } else {
+      message = String(error);
+    }
+  } catch {
+    message = "(unprintable value)";
+  }
+  const code = error instanceof OutcomeRefused || error instanceof InvalidOutcome ? "backend" : "rpc";
+  return { kind: "retryable", code, detail: cut(`${name}: ${message}`) };
 };
 
-type State = "queued" | "running" | "reporting" | "releasing";
+/**
+ * A plain JSON copy of `value` (undefined and null fields dropped), checked against the spec's
+ * kinds and closed sets; throws InvalidOutcome otherwise.
+ */
+function clean(value: unknown): OutcomeIn {
+  let copy: unknown;
+  try {
+    copy = JSON.parse(JSON.stringify(value, (_, v: unknown) => (v === null ? undefined : v)) ?? "null");
+  } catch (e) {
+    throw new InvalidOutcome(`an outcome must be plain JSON: ${describe(e)}`);
+  }
+  checkOutcome(copy);
+  return copy as OutcomeIn;
+}
+
+/** Worth sending again while the lease lasts: 503, 504, 429, or a 500 internal_error. */
+function isTransient(p: Problem): boolean {
+  const e = new ProblemError(p.status, String(p.code), String(p.class), String(p.detail));
+  return e.retryable || e.internal;
+}
+
+/** `work`, or a rejection with the signal's reason once `signal` fires. */
+function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  let cancelled!: () => void;
+  const aborted = new Promise<never>((_, reject) => {
+    cancelled = () => reject(signal.reason);
+    signal.addEventListener("abort", cancelled, { once: true });
+  });
+  return Promise.race([work, aborted]).finally(() => signal.removeEventListener("abort", cancelled));
+}
+
+function isProblem(value: unknown): value is Problem {
+  return typeof value === "object" && value !== null && "status" in value && "code" in value;
+}
+
+function isClaim(value: unknown): value is Claim {
+  if (typeof value !== "object" || value === null) return false;
+  const c = value as Partial<Claim>;
+  return typeof c.receipt_id === "string" && typeof c.attempts === "number" && typeof c.lease_token === "string";
+}
+
+/** The counter an error is counted under. */
+function errorCode(e: unknown): string {
+  if (e instanceof ProblemError) return e.code;
+  if (e instanceof InvalidAnswer) return "invalid_answer";
+  if (e instanceof ConnectionFailed) return "connection";
+  return "unexpected";
+}
+
+/** The claim request on its way. */
+interface InFlight {
+  sent: number;
+  cancel: AbortController;
+  timer?: ReturnType<typeof setTimeout>;
+}
+
+type State = "queued" | "running" | "hook" | "reporting" | "releasing";
+type ProblemLike = { status: number; code: string; class: string; detail: string };
 
 interface Lease {
   job: Job;
   deadline: number;
   extendAt: number;
+  /** queued → running → (hook →) reporting, or releasing; hook: onError runs for a refused outcome. */
   state: State;
   abort: AbortController;
   outcome?: OutcomeIn;
   retryAt: number;
-  running?: Promise<void>;
-}
-
-function isProblem(value: unknown): value is Problem {
-  return typeof value === "object" && value !== null && "status" in value;
+  /** A request carrying this claim is on its way. */
+  sending: boolean;
+  /** Sends of its outcome answered with a transient error. */
+  tries: number;
+  /** Sends of its outcome answered 500 internal_error: it is then no longer extended. */
+  internalErrors: number;
+  /** Its outcome is onError's, after a refusal: a second refusal releases the lease. */
+  fallback: boolean;
+  /** Sent on its own, after a batch was refused as a whole. */
+  alone: boolean;
 }
 
 /** Claims receipts and runs `handler` on each, `concurrency` at a time. */
@@ -154,6 +298,7 @@ export class Worker {
     skipped: 0,
     released: 0,
     leasesLost: 0,
+    outcomesRefused: 0,
     heartbeats: 0,
     leasesExtended: 0,
     errors: {},
@@ -162,14 +307,20 @@ export class Worker {
     Pick<WorkerOptions, "groups" | "batchSize" | "signal" | "onEvent">;
   private readonly leases = new Map<string, Lease>();
   private runningCount = 0;
-  private stopping = new AbortController();
-  private aborting = new AbortController();
+  private readonly stopping = new AbortController();
+  private readonly aborting = new AbortController();
   private wakeUp: () => void = () => {};
   private wakeSet = false;
   private slotWaiter: (() => void) | undefined;
   private claimingDone = false;
   private fatal: WorkerStopped | undefined;
   private readonly margin: number;
+  private active = false;
+  /** run() has ended: what a claim still brings is released at once. */
+  private finished = false;
+  private ended: Promise<void> = Promise.resolve();
+  private inFlight: InFlight | undefined;
+  private readonly log: Required<Logger>;
 
   constructor(
     readonly client: Client,
@@ -188,53 +339,103 @@ export class Worker {
       leaseMs,
     };
     if (this.o.concurrency < 1) throw new RangeError("concurrency must be at least 1");
+    if (typeof this.o.handler !== "function") throw new TypeError("handler must be a function");
+    if (typeof this.o.onError !== "function") throw new TypeError("onError must be a function");
     this.margin = this.o.marginMs;
+    // A logger that throws must not stop the worker.
+    const given = this.o.logger;
+    const safe =
+      (write: ((message: string) => void) | undefined) =>
+      (message: string): void => {
+        try {
+          write?.call(given, message);
+        } catch {
+          // Nothing better to do with it.
+        }
+      };
+    this.log = { info: safe(given.info ?? given.warn), warn: safe(given.warn), error: safe(given.error) };
   }
 
   /**
-   * Stop claiming, let running jobs finish (within shutdownTimeoutMs), report
-   * them and release the rest. A second call stops at once.
+   * Stop claiming, let running jobs finish, report them and release the rest; resolves
+   * when run() has ended, within shutdownTimeoutMs (at once when not running). A second
+   * call stops at once: running jobs are cancelled and their leases released.
    */
-  stop(): void {
-    if (this.stopping.signal.aborted) {
-      this.o.logger.warn(`settled worker ${this.o.workerId}: second stop, stopping at once`);
+  stop(): Promise<void> {
+    if (!this.stopping.signal.aborted) {
+      this.stopping.abort();
+    } else if (this.active && !this.aborting.signal.aborted) {
+      this.log.warn(`settled worker ${this.o.workerId}: second stop, stopping at once`);
       this.aborting.abort();
     }
-    this.stopping.abort();
     this.poke();
     this.slotWaiter?.();
+    return this.ended;
   }
 
   /** Run until stopped. Rejects with WorkerStopped when the server refuses the token or a parameter. */
   async run(): Promise<void> {
-    const onSignal = () => this.stop();
+    if (this.active) throw new Error(`settled worker ${this.o.workerId}: already running`);
+    this.active = true;
+    this.finished = false;
+    let endRun!: () => void;
+    this.ended = new Promise<void>((resolve) => (endRun = resolve));
+    const timers: Array<ReturnType<typeof setTimeout>> = [];
+    let hardStop!: () => void;
+    const hard = new Promise<void>((resolve) => (hardStop = resolve));
+    const onAborting = () => hardStop();
+    const onStopping = () => {
+      const t = this.o.shutdownTimeoutMs;
+      // Running jobs are cancelled early enough to report or release them before the end.
+      const reserve = Math.min(1_000, t / 4);
+      this.log.info(
+        `settled worker ${this.o.workerId}: stopping: no more claims, ${this.runningCount} running job(s) get up to ` +
+          `${Math.round(t - reserve)} ms to finish, leases not started are released (stop again to stop at once)`,
+      );
+      timers.push(setTimeout(() => this.expire(), Math.max(0, t - reserve)));
+      timers.push(setTimeout(hardStop, t));
+      this.cancelClaimSoon();
+    };
+    const onSignal = () => void this.stop();
     if (this.o.handleSignals) {
       process.on("SIGTERM", onSignal);
       process.on("SIGINT", onSignal);
     }
     const external = this.o.signal;
     external?.addEventListener("abort", onSignal);
-    if (external?.aborted) this.stop();
-    const claimer = this.claimLoop();
-    const committer = this.commitLoop();
-    const aborted = new Promise<void>((resolve) => {
-      if (this.aborting.signal.aborted) resolve();
-      this.aborting.signal.addEventListener("abort", () => resolve(), { once: true });
-    });
+    this.aborting.signal.addEventListener("abort", onAborting);
+    if (this.stopping.signal.aborted) onStopping();
+    else this.stopping.signal.addEventListener("abort", onStopping, { once: true });
+    if (external?.aborted) void this.stop();
+    if (this.aborting.signal.aborted) hardStop();
+
+    // Neither loop rejects; the catches are there so that a bug cannot end the process.
+    void this.claimLoop().catch((e: unknown) => this.log.error(`settled worker: claim loop: ${describe(e)}`));
+    const committer = this.commitLoop().catch((e: unknown) => this.log.error(`settled worker: lease loop: ${describe(e)}`));
     try {
-      await Promise.race([committer, aborted]);
+      await Promise.race([committer, hard]);
     } finally {
       if (this.o.handleSignals) {
         process.off("SIGTERM", onSignal);
         process.off("SIGINT", onSignal);
       }
       external?.removeEventListener("abort", onSignal);
+      this.stopping.signal.removeEventListener("abort", onStopping);
+      this.aborting.signal.removeEventListener("abort", onAborting);
+      for (const timer of timers) clearTimeout(timer);
+      this.finished = true;
       this.stopping.abort();
       this.aborting.abort();
-      for (const lease of this.leases.values()) lease.abort.abort();
+      this.cancelClaimSoon();
+      const left = [...this.leases.values()];
+      this.leases.clear();
+      for (const lease of left) lease.abort.abort(new Error("worker stopped"));
+      if (left.length) void this.drain(left);
       this.poke();
       this.slotWaiter?.();
-      await Promise.allSettled([claimer, committer]);
+      // The claim loop ends by itself (a claim still in flight releases what it brings).
+      this.active = false;
+      endRun();
     }
     if (this.fatal) throw this.fatal;
   }
@@ -260,7 +461,7 @@ export class Worker {
     try {
       this.o.onEvent?.(event, job, info);
     } catch (e) {
-      this.o.logger.error(`settled worker: onEvent hook threw: ${String(e)}`);
+      this.log.error(`settled worker ${this.o.workerId}: onEvent hook threw: ${describe(e)}`);
     }
   }
 
@@ -268,10 +469,10 @@ export class Worker {
     this.stats.errors[code] = (this.stats.errors[code] ?? 0) + 1;
   }
 
-  private error(code: string, what: string, error: unknown): void {
+  private error(code: string, what: string, error: unknown, more = ""): void {
     this.countError(code);
-    this.o.logger.warn(`settled worker ${this.o.workerId}: ${what} failed: ${String(error)}`);
-    this.emit("error", undefined, { code, during: what });
+    this.log.warn(`settled worker ${this.o.workerId}: ${what} failed: ${describe(error)}${more}`);
+    this.emit("error", undefined, { code, during: what, error: describe(error) });
   }
 
   private static isFatal(e: ProblemError): boolean {
@@ -282,57 +483,52 @@ export class Worker {
   private fail(what: string, e: ProblemError): void {
     this.countError(e.code);
     const message = `settled worker ${this.o.workerId}: ${what} refused with ${e.status} ${e.code}: ${e.detail}`;
-    this.o.logger.error(message);
-    this.fatal = new WorkerStopped(message, e);
+    this.log.error(message);
+    this.fatal ??= new WorkerStopped(message, e);
     this.stopping.abort();
     this.aborting.abort();
   }
 
+  /** The shutdown timeout: cancel what still runs; its lease is released. */
+  private expire(): void {
+    let running = 0;
+    for (const lease of this.leases.values()) {
+      if (lease.state === "running" || lease.state === "hook") {
+        running++;
+        lease.abort.abort(new Error("shutdown timeout"));
+      }
+    }
+    if (running) {
+      this.log.warn(`settled worker ${this.o.workerId}: shutdown timeout reached with ${running} job(s) running: cancelling them`);
+    }
+    this.poke();
+  }
+
   // Claims.
+
+  /** Stopping: cancel the claim in flight unless it answers within CLAIM_GRACE_MS. */
+  private cancelClaimSoon(): void {
+    const claim = this.inFlight;
+    if (!claim || claim.cancel.signal.aborted || claim.timer) return;
+    // After the grace, one more turn of the event loop: an answer already received is read
+    // first (the client stops listening to the cancel once its answer arrives).
+    claim.timer = setTimeout(() => setImmediate(() => claim.cancel.abort()), CLAIM_GRACE_MS);
+  }
 
   private async claimLoop(): Promise<void> {
     const backoff = new Backoff();
+    // A server that fails (500) is asked again ever more slowly, never in a tight loop.
+    const failing = new Backoff(250, 30_000, 0.5);
     const stopped = this.stopping.signal;
     try {
       while (!stopped.aborted) {
-        // A slot is free once its handler returned: the next claim goes out while outcomes
-        // are being reported (at most 4 x concurrency wait to be).
-        let held = 0;
-        for (const lease of this.leases.values()) if (lease.state === "queued" || lease.state === "running") held++;
-        const reporting = this.leases.size - held;
-        if (held >= this.o.concurrency || reporting >= 4 * this.o.concurrency) {
-          await new Promise<void>((resolve) => (this.slotWaiter = resolve));
-          this.slotWaiter = undefined;
-          // Jobs finishing together free their slots one by one: gather them into one
-          // claim instead of a claim per slot.
-          if (!stopped.aborted) await new Promise((resolve) => setImmediate(resolve));
-          continue;
-        }
-        // Not clamped: a refused batch size stops the worker naming it (422 claim_batch).
-        const limit = this.o.batchSize ?? this.o.concurrency - held;
-        const sent = now();
-        let answer;
         try {
-          // Not aborted once sent: the server may lease receipts to us (rule 6).
-          answer = await this.client.claim({
-            worker_id: this.o.workerId,
-            lease_ms: this.o.leaseMs,
-            limit,
-            wait_ms: this.o.waitMs,
-            ...(this.o.groups?.length ? { groups: this.o.groups } : {}),
-          });
+          if (await this.claimOnce(backoff, failing)) break;
         } catch (e) {
-          if (e instanceof ProblemError && Worker.isFatal(e)) return this.fail("claim", e);
-          this.error(e instanceof ProblemError ? e.code : "connection", "claim", e);
-          await sleep(backoff.next(), stopped);
-          continue;
+          // A bug of ours: keep claiming rather than stop quietly.
+          this.error("unexpected", "the claim loop", e);
+          await sleep(failing.next(), stopped);
         }
-        backoff.reset();
-        this.emit("poll", undefined, { claimed: answer.claims.length });
-        for (const claim of answer.claims) this.hold(claim, sent);
-        if (answer.claims.length) this.startQueued();
-        else if (answer.look_again_ms) await sleep(answer.look_again_ms, stopped);
-        else if (this.o.waitMs === 0) await sleep(250, stopped);
       }
     } finally {
       this.claimingDone = true;
@@ -340,18 +536,116 @@ export class Worker {
     }
   }
 
-  private hold(claim: Claim, sent: number): void {
-    const job = new Job(claim);
-    this.leases.set(job.receiptId, {
-      job,
+  /** One turn of the claim loop; true when the loop must end. */
+  private async claimOnce(backoff: Backoff, failing: Backoff): Promise<boolean> {
+    const stopped = this.stopping.signal;
+    // A slot is free once its handler returned: the next claim goes out while outcomes
+    // are being reported (at most 4 x concurrency wait to be).
+    let held = 0;
+    for (const lease of this.leases.values()) if (lease.state === "queued" || lease.state === "running") held++;
+    const reporting = this.leases.size - held;
+    if (held >= this.o.concurrency || reporting >= 4 * this.o.concurrency) {
+      await new Promise<void>((resolve) => (this.slotWaiter = resolve));
+      this.slotWaiter = undefined;
+      // Jobs finishing together free their slots one by one: gather them into one
+      // claim instead of a claim per slot.
+      if (!stopped.aborted) await new Promise((resolve) => setImmediate(resolve));
+      return false;
+    }
+    // Not clamped: a refused batch size stops the worker naming it (422 claim_batch).
+    const limit = this.o.batchSize ?? this.o.concurrency - held;
+    const sent = now();
+    const claim: InFlight = { sent, cancel: new AbortController() };
+    this.inFlight = claim;
+    let answer: ClaimsOut;
+    try {
+      // Not cancelled while it may bring work (rule 6): a stop cancels it only if it has not
+      // answered within CLAIM_GRACE_MS, that is, when it is a long poll that found nothing.
+      answer = await this.client.claim(
+        {
+          worker_id: this.o.workerId,
+          lease_ms: this.o.leaseMs,
+          limit,
+          wait_ms: this.o.waitMs,
+          ...(this.o.groups?.length ? { groups: this.o.groups } : {}),
+        },
+        { signal: claim.cancel.signal },
+      );
+    } catch (e) {
+      if (claim.cancel.signal.aborted) return true;
+      if (e instanceof ProblemError && Worker.isFatal(e)) {
+        this.fail("claim", e);
+        return true;
+      }
+      const lost = e instanceof InvalidAnswer ? " (receipts it may have leased come back when their leases end)" : "";
+      this.error(errorCode(e), "claim", e, lost);
+      const quick = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
+      await sleep(quick ? backoff.next() : failing.next(), stopped);
+      return false;
+    } finally {
+      if (claim.timer) clearTimeout(claim.timer);
+      this.inFlight = undefined;
+    }
+    backoff.reset();
+    failing.reset();
+    const claims = answer.claims.filter(isClaim);
+    if (claims.length < answer.claims.length) {
+      this.error("invalid_answer", "claim", `${answer.claims.length - claims.length} claim(s) without a receipt id or token`);
+    }
+    if (this.finished) {
+      // run() has ended while this claim was out: give its receipts back at once.
+      this.stats.claimed += claims.length;
+      if (claims.length) void this.drain(claims.map((c) => this.lease(c, sent)));
+      return true;
+    }
+    const look = answer.look_again_ms;
+    this.emit("poll", undefined, { claimed: claims.length, look_again_ms: typeof look === "number" && look > 0 ? look : undefined });
+    for (const c of claims) this.hold(c, sent);
+    if (claims.length) {
+      this.startQueued();
+      return false;
+    }
+    const pause = this.pauseAfterEmpty(answer, now() - sent);
+    if (pause > 0) await sleep(pause, stopped);
+    return false;
+  }
+
+  /** How long to wait before the next claim after one that brought nothing. */
+  private pauseAfterEmpty(answer: ClaimsOut, tookMs: number): number {
+    // An answer with nothing, well before its wait was over (no long poll, or a server
+    // shutting down): a short pause, never a storm.
+    let pause = this.o.waitMs === 0 || tookMs < this.o.waitMs / 2 ? 250 : 0;
+    const look = answer.look_again_ms;
+    if (typeof look === "number" && Number.isFinite(look) && look > 0) {
+      const trusted = Math.min(look, MAX_LOOK_AGAIN_MS);
+      // Claiming from one group, nothing more can come before then. From several (or all),
+      // another group's work must not wait for one group's rate: the long poll waits.
+      pause = this.o.groups?.length === 1 ? trusted : Math.min(trusted, pause);
+    }
+    return pause;
+  }
+
+  private lease(claim: Claim, sent: number): Lease {
+    return {
+      job: new Job(claim),
       deadline: sent + this.o.leaseMs - this.margin,
       extendAt: sent + this.o.leaseMs / 3,
       state: "queued",
       abort: new AbortController(),
       retryAt: 0,
-    });
+      sending: false,
+      tries: 0,
+      internalErrors: 0,
+      fallback: false,
+      alone: false,
+    };
+  }
+
+  private hold(claim: Claim, sent: number): void {
+    const lease = this.lease(claim, sent);
+    this.leases.set(lease.job.receiptId, lease);
     this.stats.claimed++;
-    this.emit("claimed", job);
+    this.emit("claimed", lease.job);
   }
 
   private startQueued(): void {
@@ -361,7 +655,12 @@ export class Worker {
       if (lease.state !== "queued") continue;
       lease.state = "running";
       this.runningCount++;
-      lease.running = this.runJob(lease);
+      this.runJob(lease).catch((e: unknown) => {
+        // Only a bug of ours gets here: give the lease back rather than hold it.
+        this.log.error(`settled worker ${this.o.workerId}: job ${lease.job.receiptId} failed: ${describe(e)}`);
+        if (lease.state === "running" || lease.state === "hook") lease.state = "releasing";
+        this.poke();
+      });
     }
   }
 
@@ -369,51 +668,106 @@ export class Worker {
 
   private async runJob(lease: Lease): Promise<void> {
     const job = lease.job;
+    const signal = lease.abort.signal;
     let outcome: OutcomeIn | undefined;
+    let threw = false;
     let unexpected: unknown;
-    // The handler runs in a span continuing the producer's trace (when
-    // @opentelemetry/api is installed).
-    const span = startHandlerSpan(await loadTracing(), job.claim);
+    let invalid: InvalidOutcome | undefined;
+    let span: HandlerSpan | null = null;
     try {
-      const result = await Promise.race([
-        Promise.resolve().then(() =>
-          span ? span.run(() => this.o.handler(job, lease.abort.signal)) : this.o.handler(job, lease.abort.signal),
-        ),
-        new Promise<never>((_, reject) => {
-          const cancelled = () => reject(lease.abort.signal.reason);
-          if (lease.abort.signal.aborted) cancelled();
-          lease.abort.signal.addEventListener("abort", cancelled, { once: true });
-        }),
-      ]);
+      try {
+        // The handler runs in a span continuing the producer's trace (when
+        // @opentelemetry/api is installed); tracing never costs a receipt.
+        span = startHandlerSpan(await loadTracing(), job.claim);
+      } catch {
+        span = null;
+      }
+      const handler = this.o.handler;
+      const result = await unlessAborted(
+        Promise.resolve().then(() => (span ? span.run(() => handler(job, signal)) : handler(job, signal))),
+        signal,
+      );
       outcome = { kind: "accepted", transcript_id: typeof result === "string" && result ? result : job.receiptId };
     } catch (e) {
-      if (lease.abort.signal.aborted) {
+      if (signal.aborted) {
         outcome = undefined;
-        // Cancelled by the shutdown deadline: give the lease back.
-        if (!job.lost) lease.state = "releasing";
       } else if (e instanceof Retryable) {
-        outcome = { kind: "retryable", code: e.code as never, detail: e.detail, retry_after_ms: e.retryAfterMs };
+        outcome = { kind: "retryable", code: e.code, detail: e.detail, retry_after_ms: e.retryAfterMs, rail_code: e.railCode };
       } else if (e instanceof Permanent) {
-        outcome = { kind: "permanent", code: e.code as never, detail: e.detail };
+        outcome = { kind: "permanent", code: e.code, detail: e.detail, rail_code: e.railCode };
       } else if (e instanceof Skip) {
-        outcome = { kind: "skipped", reason: e.reason as never };
+        outcome = { kind: "skipped", reason: e.reason };
+      } else if (e instanceof InvalidOutcome) {
+        // Retryable / Permanent / Skip made outside the spec.
+        invalid = e;
       } else {
+        threw = true;
         unexpected = e;
-        outcome = this.o.onError(e, job);
-        this.o.logger.warn(`settled worker: handler threw on ${job.receiptId}: ${String(e)}`);
       }
     } finally {
       this.runningCount--;
       this.slotWaiter?.();
     }
-    span?.end(outcome?.kind, unexpected);
-    if (job.lost) return;
+    if (outcome !== undefined) {
+      try {
+        // Again: a field may have been changed after it was made.
+        outcome = clean(outcome);
+      } catch (e) {
+        outcome = undefined;
+        invalid = e instanceof InvalidOutcome ? e : new InvalidOutcome(describe(e));
+      }
+    }
+    try {
+      span?.end(outcome?.kind, unexpected ?? invalid);
+    } catch {
+      // As above: tracing never costs a receipt.
+    }
+    if (invalid !== undefined && !signal.aborted) {
+      this.noteRefused(lease, "invalid_outcome", undefined, invalid.message, outcome);
+      lease.fallback = true;
+      outcome = await this.hookOutcome(lease, invalid);
+    } else if (threw && !signal.aborted) {
+      this.log.warn(`settled worker ${this.o.workerId}: handler threw on ${job.receiptId}: ${describe(unexpected)}`);
+      outcome = await this.hookOutcome(lease, unexpected);
+    }
+    if (job.lost || this.leases.get(job.receiptId) !== lease) return;
     if (outcome) {
-      lease.outcome = JSON.parse(JSON.stringify(outcome)) as OutcomeIn; // drops undefined fields
+      lease.outcome = outcome;
       lease.state = "reporting";
+    } else {
+      // Cancelled by the shutdown timeout: give the lease back.
+      lease.state = "releasing";
     }
     this.poke();
     this.startQueued();
+  }
+
+  /**
+   * onError's outcome for `error`, or the default one when the hook throws, rejects or gives
+   * no valid outcome; undefined when the lease was lost or cancelled meanwhile.
+   */
+  private async hookOutcome(lease: Lease, error: unknown): Promise<OutcomeIn | undefined> {
+    const job = lease.job;
+    const signal = lease.abort.signal;
+    const onError = this.o.onError;
+    let outcome: OutcomeIn;
+    try {
+      const value = await unlessAborted(
+        Promise.resolve().then(() => onError(error, job)),
+        signal,
+      );
+      if (value === undefined || value === null) throw new InvalidOutcome("onError returned no outcome");
+      outcome = clean(value);
+    } catch (e) {
+      if (signal.aborted) return undefined;
+      this.countError("on_error");
+      this.log.error(
+        `settled worker ${this.o.workerId}: onError failed on ${job.receiptId} (${describe(e)}): reporting the default outcome`,
+      );
+      this.emit("error", job, { code: "on_error", during: "on_error", error: describe(e) });
+      return clean(defaultErrorOutcome(error, job));
+    }
+    return signal.aborted ? undefined : outcome;
   }
 
   private lose(lease: Lease, reason: string): void {
@@ -423,7 +777,7 @@ export class Worker {
     job.lost = true;
     job.lostReason = reason;
     this.stats.leasesLost++;
-    this.o.logger.warn(`settled worker ${this.o.workerId}: lease lost on ${job.receiptId} (${reason})`);
+    this.log.warn(`settled worker ${this.o.workerId}: lease lost on ${job.receiptId} (${reason})`);
     this.emit("lease_lost", job, { reason });
     lease.abort.abort(new Error(`lease lost: ${reason}`));
     this.slotWaiter?.();
@@ -438,28 +792,40 @@ export class Worker {
 
   private async commitLoop(): Promise<void> {
     const tick = Math.max(10, Math.min(250, this.o.leaseMs / 12));
-    const backoff = new Backoff();
-    let stopStarted: number | undefined;
+    const backoff = new Backoff(100, 5_000, 0.5);
+    const steps: Array<[string, () => Promise<void>]> = [
+      ["outcomes", () => this.sendOutcomes()],
+      ["release", () => this.sendReleases()],
+      ["heartbeat", () => this.sendHeartbeats()],
+    ];
     for (;;) {
       this.wakeSet = false;
-      const t = now();
-      for (const lease of [...this.leases.values()]) if (t >= lease.deadline) this.lose(lease, "local deadline passed");
-      if (this.stopping.signal.aborted) {
-        stopStarted ??= t;
-        this.stopStep(t - stopStarted);
-      }
       let ok = true;
       try {
-        await this.sendOutcomes();
-        await this.sendReleases();
-        await this.sendHeartbeats();
-        backoff.reset();
+        const t = now();
+        for (const lease of [...this.leases.values()]) if (t >= lease.deadline) this.lose(lease, "local deadline passed");
+        if (this.stopping.signal.aborted) {
+          for (const lease of this.leases.values()) if (lease.state === "queued") lease.state = "releasing";
+        }
+        // Each step on its own: outcomes that keep failing must not hold heartbeats back.
+        for (const [what, step] of steps) {
+          try {
+            await step();
+          } catch (e) {
+            if (e instanceof ProblemError && Worker.isFatal(e)) {
+              this.fail(what === "heartbeat" ? "a heartbeat" : `a ${what} request`, e);
+              return;
+            }
+            this.error(errorCode(e), what === "heartbeat" ? "a heartbeat" : `a ${what} request`, e);
+            ok = false;
+          }
+          if (this.aborting.signal.aborted) return;
+        }
       } catch (e) {
-        if (e instanceof ProblemError && Worker.isFatal(e)) return this.fail("a lease request", e);
-        if (!(e instanceof ProblemError) && !(e instanceof ConnectionFailed)) throw e;
-        this.error(e instanceof ProblemError ? e.code : "connection", "a lease request", e);
+        this.error("unexpected", "the lease loop", e);
         ok = false;
       }
+      if (ok) backoff.reset();
       if (this.aborting.signal.aborted) return;
       if (this.stopping.signal.aborted && this.claimingDone && this.leases.size === 0) return;
       let wait = ok ? tick : Math.min(backoff.next(), tick * 4);
@@ -475,29 +841,62 @@ export class Worker {
     }
   }
 
-  private stopStep(sinceStop: number): void {
-    for (const lease of this.leases.values()) {
-      if (lease.state === "queued") lease.state = "releasing";
-      else if (lease.state === "running" && sinceStop >= this.o.shutdownTimeoutMs) lease.abort.abort(new Error("shutdown timeout"));
+  private async sendOutcomes(): Promise<void> {
+    const t = now();
+    const ready = [...this.leases.values()].filter(
+      (l) => l.state === "reporting" && l.outcome && l.retryAt <= t && !l.sending,
+    );
+    const together = ready.filter((l) => !l.alone).slice(0, MAX_ITEMS);
+    if (together.length) await this.sendBatch(together);
+    for (const lease of ready) {
+      if (lease.alone && this.leases.get(lease.job.receiptId) === lease && lease.state === "reporting") {
+        await this.sendBatch([lease]);
+      }
     }
   }
 
-  private async sendOutcomes(): Promise<void> {
-    const t = now();
-    const ready = [...this.leases.values()]
-      .filter((l) => l.state === "reporting" && l.outcome && l.retryAt <= t)
-      .slice(0, MAX_ITEMS);
-    if (!ready.length) return;
-    const results = await this.client.outcomes(ready.map((l) => [l.job.claim, l.outcome as OutcomeIn]));
-    ready.forEach((lease, i) => {
+  private async sendBatch(batch: Lease[]): Promise<void> {
+    let results;
+    for (const lease of batch) lease.sending = true;
+    try {
+      results = await this.client.outcomes(batch.map((l) => [l.job.claim, l.outcome as OutcomeIn]));
+    } catch (e) {
+      if (!(e instanceof ProblemError) || !ITEM_FAULTS.has(e.status)) {
+        if (e instanceof ProblemError && e.internal) for (const lease of batch) lease.internalErrors++;
+        throw e;
+      }
+      if (batch.length > 1) {
+        // Refused as a whole, maybe for one item (too large, not valid JSON): one by one.
+        this.log.warn(
+          `settled worker ${this.o.workerId}: ${batch.length} outcomes refused together (${e.message}): sending them one by one`,
+        );
+        for (const lease of batch) lease.alone = true;
+        this.poke();
+        return;
+      }
+      this.refuse(batch[0], e);
+      return;
+    } finally {
+      for (const lease of batch) lease.sending = false;
+    }
+    batch.forEach((lease, i) => {
       const result = results[i];
-      if (result?.route) {
+      if (result?.route && typeof result.route === "object") {
         this.count(lease, result.route);
         this.done(lease);
       } else if (isProblem(result?.error)) {
-        this.itemError(lease, result.error, "outcome");
+        this.itemError(lease, result.error);
+      } else {
+        // Neither: an answer we cannot read; sent again while the lease lasts.
+        this.error("invalid_answer", "outcome", `not an outcome result: ${describe(JSON.stringify(result)).slice(0, 80)}`);
+        this.retryLater(lease);
       }
     });
+  }
+
+  private retryLater(lease: Lease): void {
+    lease.tries++;
+    lease.retryAt = now() + Math.min(2_000, 50 * 2 ** lease.tries) * (0.5 + 0.5 * Math.random());
   }
 
   private count(lease: Lease, route: Route): void {
@@ -508,53 +907,119 @@ export class Worker {
     this.emit(route.kind, lease.job, { route });
   }
 
-  private itemError(lease: Lease, error: Problem, what: string): void {
-    if (error.status === 409) return this.lose(lease, error.code);
-    this.countError(error.code);
-    if (error.class === "backend") {
-      lease.retryAt = now() + new Backoff(50, 1_000).next();
+  private itemError(lease: Lease, error: Problem): void {
+    if (error.status === 409) return this.lose(lease, String(error.code));
+    if (isTransient(error)) {
+      // Not recorded this time: sent again while the lease lasts.
+      this.countError(String(error.code));
+      if (error.status === 500) lease.internalErrors++;
+      this.retryLater(lease);
       return;
     }
-    this.o.logger.error(
-      `settled worker ${this.o.workerId}: ${what} for ${lease.job.receiptId} refused: ${error.status} ${error.code}: ${error.detail}`,
+    this.refuse(lease, error);
+  }
+
+  /** Count, log (once) and tell onEvent about an outcome refused or outside the spec. */
+  private noteRefused(lease: Lease, code: string, status: number | undefined, detail: string, outcome: unknown): void {
+    const job = lease.job;
+    const then = lease.fallback ? "releasing the lease" : "reporting onError's outcome instead";
+    this.stats.outcomesRefused++;
+    this.countError(code);
+    this.log.error(
+      `settled worker ${this.o.workerId}: outcome for ${job.receiptId} refused (${status ? `${status} ` : ""}${code}: ${detail}): ${then}`,
     );
-    this.emit("error", lease.job, { code: error.code, during: what });
-    lease.abort.abort(new Error(`refused: ${error.code}`));
-    this.done(lease);
+    const kind = typeof outcome === "object" && outcome !== null ? (outcome as { kind?: unknown }).kind : undefined;
+    this.emit("outcome_refused", job, { code, status, detail, outcome, kind, fallback: !lease.fallback });
+  }
+
+  /**
+   * The server refused this lease's outcome: report onError's instead; if that is refused
+   * too, release the lease. Never drop it: a receipt left to expire unreported comes back
+   * with no attempt counted, and would be settled again and again.
+   */
+  private refuse(lease: Lease, problem: ProblemLike): void {
+    const refused = lease.outcome;
+    const p = { status: problem.status, code: String(problem.code), class: String(problem.class), detail: String(problem.detail) };
+    this.noteRefused(lease, p.code, p.status, p.detail, refused);
+    lease.outcome = undefined;
+    lease.retryAt = 0;
+    if (lease.fallback) {
+      lease.state = "releasing";
+      this.poke();
+      return;
+    }
+    lease.fallback = true;
+    lease.alone = false;
+    // onError may take a while: it runs beside this loop, the lease extended meanwhile.
+    lease.state = "hook";
+    void this.hookOutcome(lease, new OutcomeRefused(p, refused)).then(
+      (outcome) => this.hookDone(lease, outcome),
+      () => this.hookDone(lease, undefined),
+    );
+  }
+
+  private hookDone(lease: Lease, outcome: OutcomeIn | undefined): void {
+    if (lease.job.lost || this.leases.get(lease.job.receiptId) !== lease || lease.state !== "hook") return;
+    if (outcome) {
+      lease.outcome = outcome;
+      lease.state = "reporting";
+    } else {
+      lease.state = "releasing";
+    }
+    this.poke();
   }
 
   private async sendReleases(): Promise<void> {
-    const releasing = [...this.leases.values()].filter((l) => l.state === "releasing");
+    const releasing = [...this.leases.values()].filter((l) => l.state === "releasing" && !l.sending);
     let failure: unknown;
     // Different claims may go side by side; each claim is sent once.
     for (let i = 0; i < releasing.length; i += 8) {
       await Promise.all(
         releasing.slice(i, i + 8).map(async (lease) => {
+          lease.sending = true;
           try {
-            await this.client.release(lease.job.claim);
+            await this.release(lease);
           } catch (e) {
-            if (!(e instanceof ProblemError) || e.retryable) {
-              failure = e;
-              return;
-            }
-            // 409: the lease had ended already; nothing to give back.
-            if (e.status !== 409) this.countError(e.code);
-            this.done(lease);
-            return;
+            failure = e;
+          } finally {
+            lease.sending = false;
           }
-          this.stats.released++;
-          this.emit("released", lease.job);
-          this.done(lease);
         }),
       );
     }
     if (failure !== undefined) throw failure;
   }
 
+  /** Release one lease; throws only what is worth trying again (while the lease lasts). */
+  private async release(lease: Lease): Promise<void> {
+    try {
+      await this.client.release(lease.job.claim);
+    } catch (e) {
+      if (!(e instanceof ProblemError) || e.retryable || e.internal) throw e;
+      // 409: the lease had ended already; nothing to give back.
+      if (e.status !== 409) {
+        this.countError(e.code);
+        this.log.error(
+          `settled worker ${this.o.workerId}: release of ${lease.job.receiptId} refused: ${e.status} ${e.code}: ${e.detail}; ` +
+            `it comes back when its lease ends`,
+        );
+        this.emit("error", lease.job, { code: e.code, during: "release", error: describe(e) });
+      }
+      this.done(lease);
+      return;
+    }
+    this.stats.released++;
+    this.emit("released", lease.job);
+    this.done(lease);
+  }
+
   private async sendHeartbeats(): Promise<void> {
     const t = now();
     const interval = this.o.leaseMs / 3;
-    const live = [...this.leases.values()].filter((l) => l.state !== "releasing");
+    // An outcome the server failed on (500) is sent again while its lease lasts, not longer.
+    const live = [...this.leases.values()].filter(
+      (l) => l.state !== "releasing" && !(l.state === "reporting" && l.internalErrors > 0),
+    );
     if (!live.some((l) => t >= l.extendAt)) return;
     // Leases coming due within half an interval go now too, so that a
     // worker's leases fall into step: one request per interval.
@@ -566,17 +1031,59 @@ export class Worker {
       this.stats.heartbeats++;
       chunk.forEach((lease, j) => {
         const result = results[j];
-        if (result?.claim) {
+        if (isClaim(result?.claim)) {
           lease.job.current = result.claim;
           lease.deadline = sent + this.o.leaseMs - this.margin;
           lease.extendAt = sent + interval;
           this.stats.leasesExtended++;
-        } else if (isProblem(result?.error)) {
-          if (result.error.status === 409) this.lose(lease, result.error.code);
-          else this.countError(result.error.code);
+        } else if (isProblem(result?.error) && result.error.status === 409) {
+          this.lose(lease, String(result.error.code));
+        } else {
+          // Not extended this time (a 503, a 500): tried again soon, while the lease lasts.
+          this.countError(isProblem(result?.error) ? String(result.error.code) : "invalid_answer");
+          lease.extendAt = sent + Math.min(1_000, interval / 4);
         }
       });
       this.emit("heartbeat", undefined, { leases: chunk.length });
+    }
+  }
+
+  /**
+   * After run() has ended: report the outcomes ready and release every other lease, once
+   * each, in the background; what fails comes back when its lease ends. Never rejects.
+   */
+  private async drain(leases: Lease[]): Promise<void> {
+    try {
+      await this.drainOnce(leases);
+    } catch (e) {
+      this.log.error(`settled worker ${this.o.workerId}: final reports: ${describe(e)}`);
+    }
+  }
+
+  private async drainOnce(leases: Lease[]): Promise<void> {
+    const idle = leases.filter((l) => !l.sending && !l.job.lost);
+    if (!idle.length) return;
+    this.log.warn(
+      `settled worker ${this.o.workerId}: stopped holding ${idle.length} lease(s): reporting or releasing them now`,
+    );
+    const reports = idle.filter((l) => l.state === "reporting" && l.outcome);
+    const releases = idle.filter((l) => !reports.includes(l));
+    const tasks: Array<Promise<unknown>> = [];
+    for (let i = 0; i < reports.length; i += MAX_ITEMS) {
+      const chunk = reports.slice(i, i + MAX_ITEMS);
+      tasks.push(
+        this.client.outcomes(chunk.map((l) => [l.job.claim, l.outcome as OutcomeIn])).then((results) =>
+          chunk.forEach((lease, j) => {
+            const result = results[j];
+            if (result?.route && typeof result.route === "object") this.count(lease, result.route);
+            else this.countError(isProblem(result?.error) ? String(result.error.code) : "invalid_answer");
+          }),
+        ),
+      );
+    }
+    for (const lease of releases) tasks.push(this.release(lease));
+    for (const result of await Promise.allSettled(tasks)) {
+      if (result.status === "rejected") this.error(errorCode(result.reason), "a final request", result.reason);
     }
   }
 }

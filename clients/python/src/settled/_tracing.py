@@ -1,4 +1,5 @@
-"""Run each handler inside a span that continues the producer's trace.
+"""Run each handler inside a span that continues the producer's trace, and
+hand a producer's current trace context to what it enqueues.
 
 Only when OpenTelemetry's API is installed (`pip install opentelemetry-api`,
 and an SDK to export): the claim carries the producer's W3C `traceparent` and
@@ -18,7 +19,16 @@ try:
 except ImportError:  # tracing is optional
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["handler_span"]
+__all__ = ["handler_span", "trace_headers"]
+
+
+def trace_headers() -> dict[str, str]:
+    """The current span's `traceparent` / `tracestate` headers (none outside a valid span)."""
+    if _trace is None:
+        return {}
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
 
 
 @contextlib.contextmanager

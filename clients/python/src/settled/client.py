@@ -5,10 +5,13 @@ quarter of the CPU (0.36-0.45 ms against 1.5 ms per request), and a worker
 process is bound by its HTTP client's CPU.
 
 Every error answer raises `ProblemError` (branch on `.code`); no answer raises
-`ConnectionFailed`. Only requests that are safe to repeat are retried here:
-enqueues (idempotent by receipt id) and reads, on 503 or a lost connection,
-with full-jitter backoff. A claim is never retried blindly (the server may
-have leased receipts already); the worker polls again instead.
+`ConnectionFailed`, and a success whose body is not the expected JSON (a
+proxy's page, a body cut short) `InvalidAnswer`, a kind of `ConnectionFailed`.
+Only requests that are safe to repeat are retried here: enqueues (idempotent
+by receipt id) and reads, on 503, 504, 429, a lost connection or a garbled
+answer, and on a 500 `internal_error`, each at most `retries` times, with
+full-jitter backoff. A claim is never retried blindly (the server may have
+leased receipts already); the worker polls again instead.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from urllib.parse import quote
 import aiohttp
 
 from . import _schema as s
-from .errors import ConnectionFailed, ProblemError
+from ._tracing import trace_headers
+from .errors import ConnectionFailed, InvalidAnswer, ProblemError
 
 __all__ = ["AsyncClient", "Backoff"]
 
@@ -33,11 +37,14 @@ JSON = "application/json"
 class Backoff:
     """Full jitter: a random wait up to `base * 2**n`, capped."""
 
-    def __init__(self, base: float = 0.1, cap: float = 5.0):
-        self.base, self.cap, self.n = base, cap, 0
+    def __init__(self, base: float = 0.1, cap: float = 5.0, floor: float = 0.0):
+        #: `floor`: the share of the ceiling always waited (0.5: "equal jitter"), so that a
+        #: run of failures never retries in a tight loop by chance.
+        self.base, self.cap, self.floor, self.n = base, cap, floor, 0
 
     def next(self) -> float:
-        wait = random.uniform(0, min(self.cap, self.base * 2**self.n))
+        ceiling = min(self.cap, self.base * 2**self.n)
+        wait = random.uniform(ceiling * self.floor, ceiling)
         self.n = min(self.n + 1, 30)
         return wait
 
@@ -58,7 +65,11 @@ class AsyncClient:
 
     `token` is sent as a bearer token; `timeout` (seconds) bounds each request
     (a long poll gets its `wait_ms` on top); `retries` is how many times an
-    idempotent request is tried again on 503 or a lost connection.
+    idempotent request (an enqueue, a read) is tried again on 503, 504, 429,
+    500 `internal_error`, a lost connection or a garbled answer.
+
+    Use it as `async with AsyncClient(...) as client:` to close its connections
+    at the end (or call `aclose()`).
     """
 
     def __init__(
@@ -112,25 +123,35 @@ class AsyncClient:
         params: Mapping[str, Any] | None = None,
         idempotent: bool = False,
         timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        started: asyncio.Event | None = None,
     ) -> Any:
-        """Send one request; the parsed JSON answer, or None for 204."""
+        """Send one request; the parsed JSON answer, or None for 204. `started` is set once
+        the answer's head has arrived."""
         backoff = Backoff()
         tries = self.retries + 1 if idempotent else 1
         for attempt in range(tries):
             try:
-                return await self._once(method, path, body, params, timeout)
+                return await self._once(method, path, body, params, timeout, headers, started)
             except (ProblemError, ConnectionFailed) as e:
-                again = isinstance(e, ConnectionFailed) or e.retryable
+                again = isinstance(e, ConnectionFailed) or e.retryable or e.internal
                 if not again or attempt + 1 >= tries:
                     raise
             await asyncio.sleep(backoff.next())
         raise AssertionError("unreachable")
 
     async def _once(
-        self, method: str, path: str, body: Any, params: Mapping[str, Any] | None, timeout: float | None
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, Any] | None,
+        timeout: float | None,
+        extra: Mapping[str, str] | None = None,
+        started: asyncio.Event | None = None,
     ) -> Any:
         data: str | None = None
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = dict(extra or {})
         if body is not None or method in ("POST", "DELETE", "PUT"):
             data = json.dumps(body if body is not None else {})
             headers["content-type"] = JSON
@@ -140,15 +161,21 @@ class AsyncClient:
             async with self._http().request(
                 method, self.base_url + path, data=data, params=query or None, headers=headers, timeout=limit
             ) as answer:
+                if started is not None:
+                    started.set()
                 status = answer.status
                 content = await answer.read()
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise ConnectionFailed(f"{method} {path}: {type(e).__name__}: {e}") from e
         if status >= 400:
             raise _problem(status, content)
-        if status == 204 or not content:
+        if status == 204 or (not content and method == "DELETE"):
             return None
-        return json.loads(content)
+        try:
+            return json.loads(content)
+        except ValueError as e:
+            text = content[:80].decode("utf-8", "replace")
+            raise InvalidAnswer(f"{method} {path}: {status} with a body that is not JSON ({e}): {text!r}") from e
 
     # Producers.
 
@@ -161,22 +188,36 @@ class AsyncClient:
         group: str | None = None,
         visible_at_ms: int | None = None,
         priority: int | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> s.ReceiptSummary:
         """Enqueue one receipt (201 new, 200 identical; a different one raises 409 receipt_conflict).
 
         `priority` (-1000..=1000, default 0) orders due receipts within their group, highest first.
+        `traceparent` / `tracestate`: the producer's W3C trace context, handed to every claim
+        of the receipt; by default the current OpenTelemetry span's, when there is one.
         """
         body = _receipt(receipt_id, finalized_at, observation, group, visible_at_ms)
-        if priority is not None:
-            body["priority"] = priority
+        for key, value in (("priority", priority), ("traceparent", traceparent), ("tracestate", tracestate)):
+            if value is not None:
+                body[key] = value
         method, path = _path("v1.receipts.create")
-        return cast(s.ReceiptSummary, await self.request(method, path, body, idempotent=True))
+        answer = await self.request(method, path, body, idempotent=True, headers=trace_headers())
+        if not isinstance(answer, dict) or not isinstance(answer.get("receipt_id"), str):
+            raise InvalidAnswer(f"{method} {path}: the answer is not a receipt: {str(answer)[:80]!r}")
+        return cast(s.ReceiptSummary, answer)
 
     async def enqueue_batch(self, receipts: Sequence[s.ReceiptIn]) -> list[s.ReceiptBatchResult]:
-        """Enqueue up to 1024 receipts, each judged on its own."""
+        """Enqueue up to 1024 receipts in one request, each judged on its own: one result per
+        receipt, in order, with `status` `created`, `existing` (the same receipt was there:
+        nothing changed), `conflict` (the id is taken by another receipt) or `invalid`
+        (with its `error`). The current OpenTelemetry span's context, when there is one,
+        goes to the receipts that carry none of their own."""
         method, path = _path("v1.receipts.batch")
-        out = await self.request(method, path, {"receipts": list(receipts)}, idempotent=True)
-        return cast(list[s.ReceiptBatchResult], out["results"])
+        out = await self.request(
+            method, path, {"receipts": [dict(r) for r in receipts]}, idempotent=True, headers=trace_headers()
+        )
+        return cast(list[s.ReceiptBatchResult], _results(out, len(receipts), method, path))
 
     # Workers.
 
@@ -188,13 +229,20 @@ class AsyncClient:
         limit: int,
         wait_ms: int = 0,
         groups: Sequence[str] | None = None,
+        started: asyncio.Event | None = None,
     ) -> s.ClaimsOut:
-        """Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried."""
+        """Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried.
+
+        `started` is set once the answer has begun to arrive: from then on it holds leases,
+        and cancelling would strand them until they end."""
         body: dict[str, Any] = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": limit, "wait_ms": wait_ms}
         if groups:
             body["groups"] = list(groups)
         method, path = _path("v1.claims.create")
-        return cast(s.ClaimsOut, await self.request(method, path, body, timeout=self.timeout + wait_ms / 1000))
+        answer = await self.request(method, path, body, timeout=self.timeout + wait_ms / 1000, started=started)
+        if not isinstance(answer, dict) or not isinstance(answer.get("claims"), list):
+            raise InvalidAnswer(f"{method} {path}: the answer holds no claims: {str(answer)[:80]!r}")
+        return cast(s.ClaimsOut, answer)
 
     async def claim_receipt(self, receipt_id: str, worker_id: str, *, lease_ms: int) -> s.Claim:
         """Claim one receipt by id."""
@@ -211,7 +259,8 @@ class AsyncClient:
         """Extend up to 1024 leases in one request, each judged on its own."""
         method, path = _path("v1.leases.extend")
         items = [{"claim": c, "extend_ms": ms} for c, ms in leases]
-        return cast(list[s.LeaseExtendResult], (await self.request(method, path, {"leases": items}))["results"])
+        out = await self.request(method, path, {"leases": items})
+        return cast(list[s.LeaseExtendResult], _results(out, len(items), method, path))
 
     async def release(self, claim: s.Claim) -> None:
         """Give a lease back: due again at once, no attempt used."""
@@ -227,7 +276,7 @@ class AsyncClient:
         """Record up to 1024 outcomes in one commit, each judged on its own."""
         method, path = _path("v1.outcomes.batch")
         body = {"outcomes": [{"claim": c, "outcome": o} for c, o in items]}
-        return cast(list[s.OutcomeResult], (await self.request(method, path, body))["results"])
+        return cast(list[s.OutcomeResult], _results(await self.request(method, path, body), len(items), method, path))
 
     # Readers and operators.
 
@@ -278,6 +327,14 @@ class AsyncClient:
         method, path = _path(op, receipt_id=receipt_id)
         body = {"reason": reason} if reason is not None else {}
         return cast(s.ReceiptView, await self.request(method, path, body))
+
+
+def _results(answer: Any, count: int, method: str, path: str) -> list[dict[str, Any]]:
+    """A batch answer's `results`: one object per item, or `InvalidAnswer`."""
+    results = answer.get("results") if isinstance(answer, dict) else None
+    if not isinstance(results, list) or len(results) != count or not all(isinstance(r, dict) for r in results):
+        raise InvalidAnswer(f"{method} {path}: the answer is not {count} results: {str(answer)[:80]!r}")
+    return results
 
 
 def _param(value: Any) -> str:

@@ -12,10 +12,16 @@ handler only settles one receipt:
   heartbeat and an outcome for the same claim never race;
 - a 409 (or the local deadline) means the lease is lost: the handler's task is
   cancelled, `job.lost` is set, and no outcome is sent for it;
-- 503 and lost connections back off with full jitter; 401, 403 and 422 stop
-  the worker with `WorkerStopped`;
-- on stop: no more claims, running jobs get `shutdown_timeout` to finish and
-  are reported, claims not started are released;
+- an outcome the server refuses (or that is outside the spec) is replaced by
+  `on_error`'s, and the lease released only if that is refused too, so that a
+  receipt is never left to come back without an attempt counted;
+- 503, 504, 429, lost connections and garbled answers back off with full
+  jitter, a 500 with a floor under the jitter; 401, 403 and 422 stop the
+  worker with `WorkerStopped`;
+- on stop: no more claims (the one in flight is cancelled after a moment, and
+  what it brings released), running jobs get until `shutdown_timeout` to
+  finish and are reported, claims not started are released; `run()` returns
+  within `shutdown_timeout`;
 - outcomes of jobs that finish together go in one `POST /v1/outcomes`.
 """
 
@@ -23,31 +29,58 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union, cast
 
 from . import _schema as s
 from ._tracing import ended, handler_span
 from .client import AsyncClient, Backoff
-from .errors import ConnectionFailed, Permanent, ProblemError, Retryable, Skip, WorkerStopped
+from .errors import (
+    ConnectionFailed,
+    InvalidAnswer,
+    InvalidOutcome,
+    OutcomeRefused,
+    Permanent,
+    ProblemError,
+    Retryable,
+    Skip,
+    WorkerStopped,
+    check_detail,
+    check_failure_code,
+    check_rail_code,
+    check_retry_after,
+    check_skip_reason,
+)
 
-__all__ = ["Job", "Worker", "WorkerStats", "Handler"]
+__all__ = ["Job", "Worker", "WorkerStats", "Handler", "ErrorPolicy", "default_error_outcome"]
 
 log = logging.getLogger("settled.worker")
 
 Handler = Callable[["Job"], Union[Awaitable[Any], Any]]
-ErrorPolicy = Callable[[BaseException, "Job"], s.OutcomeIn]
+#: `on_error(error, job)`: the outcome to report for an unexpected exception, or for an
+#: outcome refused (`OutcomeRefused`) or outside the spec (`InvalidOutcome`). May be async.
+ErrorPolicy = Callable[[BaseException, "Job"], Union[s.OutcomeIn, Awaitable[s.OutcomeIn]]]
 
 MAX_ITEMS = 1024
 #: How long a claim waits, once a slot is free, for more slots to free up (0: only
 #: for the jobs already done, which a turn of the event loop reports).
 GATHER_SLOTS = 0.0
+#: How long a stop lets the claim in flight answer before cancelling it: an answer
+#: already on its way is taken (and its receipts released); a long poll still waiting
+#: is cancelled, which ends it on the server too, before it leases anything.
+CLAIM_GRACE = 0.1
+#: The most a `look_again_ms` is trusted (a day).
+MAX_LOOK_AGAIN_MS = 86_400_000
+#: The 4xx answers to a whole outcome batch that may be one item's fault (a body too large,
+#: one that is not valid JSON): the items are then sent one by one to find it.
+ITEM_FAULTS = (400, 413, 422)
 
 
 class Job:
@@ -89,6 +122,8 @@ class WorkerStats:
     leases_lost: int = 0
     heartbeats: int = 0
     leases_extended: int = 0
+    #: Outcomes refused by the server, or outside the spec, and replaced by `on_error`'s.
+    outcomes_refused: int = 0
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def snapshot(self) -> dict[str, Any]:
@@ -101,14 +136,55 @@ def _without_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _text(value: str) -> str:
+    """`value` as text that encodes to UTF-8 (no lone surrogates), so that it can be sent."""
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
 def default_error_outcome(error: BaseException, job: Job) -> s.OutcomeIn:
-    """An unexpected exception is a retryable `rpc` failure; its type and message
-    go into `detail`, of which the server stores only the SHA-256."""
-    return {"kind": "retryable", "code": "rpc", "detail": f"{type(error).__qualname__}: {error}"}
+    """An unexpected exception is a retryable `rpc` failure; an outcome the server refused
+    (`OutcomeRefused`) or one outside the spec (`InvalidOutcome`), the worker's own fault, a
+    retryable `backend` failure. Both are retried under the server's retry policy, then
+    dead-lettered. The type and message go into `detail`, of which the server stores only
+    the SHA-256."""
+    code = "backend" if isinstance(error, (OutcomeRefused, InvalidOutcome)) else "rpc"
+    detail = _text(f"{type(error).__qualname__}: {error}")
+    return cast(s.OutcomeIn, {"kind": "retryable", "code": code, "detail": detail})
+
+
+def check_outcome(outcome: object) -> None:
+    """Raise `InvalidOutcome` unless `outcome` is an outcome of the spec's kinds and closed sets
+    (the server judges the rest, such as a transcript id's length)."""
+    if not isinstance(outcome, Mapping):
+        raise InvalidOutcome(f"an outcome is an object with a kind, not {outcome!r}")
+    kind = outcome.get("kind")
+    if kind == "accepted":
+        if not isinstance(outcome.get("transcript_id"), str):
+            raise InvalidOutcome("an accepted outcome needs a transcript_id string")
+    elif kind == "skipped":
+        check_skip_reason(outcome.get("reason"))
+    elif kind in ("retryable", "permanent"):
+        check_failure_code(outcome.get("code"))
+        check_detail(outcome.get("detail"))
+        check_rail_code(outcome.get("rail_code"))
+        if kind == "retryable":
+            check_retry_after(outcome.get("retry_after_ms"))
+    else:
+        raise InvalidOutcome(f"unknown outcome kind {kind!r}: accepted, skipped, retryable or permanent")
+
+
+def _looks_like_claim(claim: object) -> bool:
+    if not isinstance(claim, dict):
+        return False
+    strings = ("receipt_id", "lease_owner", "lease_token")
+    integers = ("attempts", "finalized_at", "row_version", "lease_until_ms")
+    return all(isinstance(claim.get(k), str) for k in strings) and all(
+        isinstance(claim.get(k), int) and not isinstance(claim.get(k), bool) for k in integers
+    )
 
 
 class _Lease:
-    __slots__ = ("job", "deadline", "extend_at", "state", "task", "outcome", "retry_at")
+    __slots__ = ("job", "deadline", "extend_at", "state", "task", "outcome", "retry_at", "tries", "fallback", "alone")
 
     def __init__(self, job: Job, deadline: float, extend_at: float):
         self.job = job
@@ -119,6 +195,12 @@ class _Lease:
         self.task: asyncio.Task[None] | None = None
         self.outcome: s.OutcomeIn | None = None
         self.retry_at = 0.0
+        #: Sends of the outcome answered with a transient error.
+        self.tries = 0
+        #: The outcome is `on_error`'s, after a refusal: a second refusal releases the lease.
+        self.fallback = False
+        #: Sent in a batch of its own (its batch was refused as a whole).
+        self.alone = False
 
 
 class Worker:
@@ -150,6 +232,8 @@ class Worker:
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if shutdown_timeout <= 0:
+            raise ValueError("shutdown_timeout must be more than 0")
         self.client = client
         self.worker_id = worker_id
         self.handler = handler
@@ -174,13 +258,21 @@ class Worker:
         self._fatal: WorkerStopped | None = None
         self._claiming_done = False
         self._stop_requests = 0
+        self._stop_at: float | None = None
+        self._abort_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def _reserve(self) -> float:
+        """The end of `shutdown_timeout` kept to report and release once jobs are cancelled."""
+        return min(1.0, self.shutdown_timeout / 4)
 
     # Control.
 
     def stop(self) -> None:
         """Stop claiming, let running jobs finish (within `shutdown_timeout`),
         report them and release the rest. A second call stops at once.
-        Safe to call from any thread and from a signal handler."""
+        Safe to call from any thread and from a signal handler; `run()` /
+        `run_async()` return within `shutdown_timeout` of the first call."""
         loop = self._loop
         if loop is None:
             self._stop_requests += 1
@@ -192,16 +284,56 @@ class Worker:
         if running is loop:
             self._request_stop()
         else:
-            loop.call_soon_threadsafe(self._request_stop)
+            try:
+                loop.call_soon_threadsafe(self._request_stop)
+            except RuntimeError:  # the loop has ended: the worker is not running
+                pass
 
     def _request_stop(self) -> None:
-        assert self._stopping is not None and self._aborting is not None
+        assert self._stopping is not None and self._aborting is not None and self._loop is not None
         if self._stopping.is_set():
-            self.log.warning("settled worker %s: second stop, stopping at once", self.worker_id)
-            self._aborting.set()
+            if not self._aborting.is_set():
+                self.log.warning("settled worker %s: second stop, stopping at once", self.worker_id)
+            self._abort()
+        elif self._stop_at is None:
+            self.log.info("settled worker %s: stopping", self.worker_id)
+            self._stop_at = time.monotonic()
+            # Running jobs get until then; the rest of the time reports and releases.
+            self._abort_timer = self._loop.call_later(self.shutdown_timeout - self._reserve, self._shutdown_timed_out)
         self._stopping.set()
         if self._slots is not None:
             self._slots.set()  # a claim loop waiting for a free slot sees the stop
+        self._poke()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping is not None and not self._stopping.is_set():
+            running = sum(1 for lease in self._leases.values() if lease.state == "running")
+            self.log.warning(
+                "settled worker %s: %s received, stopping: no more claims, %d running jobs get up to %g s "
+                "to finish, leases not started are released (again to stop at once)",
+                self.worker_id,
+                sig.name,
+                running,
+                self.shutdown_timeout - self._reserve,
+            )
+        self._request_stop()
+
+    def _shutdown_timed_out(self) -> None:
+        running = sum(1 for lease in self._leases.values() if lease.state == "running")
+        if self._leases or not self._claiming_done:
+            self.log.warning(
+                "settled worker %s: shutdown_timeout reached with %d jobs still running: cancelling them",
+                self.worker_id,
+                running,
+            )
+        self._abort()
+
+    def _abort(self) -> None:
+        assert self._stopping is not None and self._aborting is not None
+        self._stopping.set()
+        self._aborting.set()
+        if self._slots is not None:
+            self._slots.set()
         self._poke()
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -222,6 +354,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stopping, self._aborting = asyncio.Event(), asyncio.Event()
         self._wake, self._slots = asyncio.Event(), asyncio.Event()
+        self._stop_at, self._fatal, self._claiming_done = None, None, False
+        self._leases, self._running = {}, 0
         pending_stops, self._stop_requests = self._stop_requests, 0
         for _ in range(pending_stops):
             self._request_stop()
@@ -229,25 +363,23 @@ class Worker:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
-                    self._loop.add_signal_handler(sig, self._request_stop)
+                    self._loop.add_signal_handler(sig, self._on_signal, sig)
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError):
                     pass
         claimer = asyncio.create_task(self._claim_loop(), name="settled-claims")
         committer = asyncio.create_task(self._commit_loop(), name="settled-commits")
         try:
-            await self._until_done(claimer, committer)
+            await self._until_done(committer)
         finally:
             for sig in installed:
                 self._loop.remove_signal_handler(sig)
-            for task in (claimer, committer, *self._tasks()):
-                task.cancel()
-            await asyncio.gather(claimer, committer, *self._tasks(), return_exceptions=True)
+            await self._wind_down(claimer, committer)
         if self._fatal is not None:
             raise self._fatal
 
-    async def _until_done(self, claimer: asyncio.Task[None], committer: asyncio.Task[None]) -> None:
-        assert self._stopping is not None and self._aborting is not None
+    async def _until_done(self, committer: asyncio.Task[None]) -> None:
+        assert self._aborting is not None
         aborting = asyncio.create_task(self._aborting.wait())
         try:
             await asyncio.wait([aborting, committer], return_when=asyncio.FIRST_COMPLETED)
@@ -255,6 +387,49 @@ class Worker:
             aborting.cancel()
         if committer.done() and not committer.cancelled() and committer.exception() is not None:
             raise cast(BaseException, committer.exception())
+
+    async def _wind_down(self, claimer: asyncio.Task[None], committer: asyncio.Task[None]) -> None:
+        """After a clean stop, nothing is left; after an abort, give back what is held, within
+        what is left of `shutdown_timeout`."""
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+        now = time.monotonic()
+        budget = self._reserve
+        if self._stop_at is not None:
+            budget = min(budget, self._stop_at + self.shutdown_timeout - now)
+        self._abort()
+        # The claim loop ends by itself (a claim in flight gets its grace, or its answer is read
+        # when it has begun to arrive): what it brings is held, then released.
+        await asyncio.wait([claimer], timeout=max(0.0, budget / 2))
+        tasks = [claimer, committer, *self._tasks()]
+        for task in tasks:
+            task.cancel()
+        # Tasks end at their next await; a handler that ignores cancellation is not waited for.
+        await asyncio.wait([claimer, committer], timeout=0.1)
+        if self._leases:
+            left = max(0.05, budget - (time.monotonic() - now))
+            try:
+                await asyncio.wait_for(self._flush(), timeout=left)
+            except (asyncio.TimeoutError, ProblemError, ConnectionFailed):
+                pass
+            except Exception:
+                self.log.exception("settled worker %s: reporting at the stop failed", self.worker_id)
+        if self._leases:
+            self.log.warning(
+                "settled worker %s: stopped holding %d leases: their receipts are claimable again once "
+                "the leases end, with no attempt used",
+                self.worker_id,
+                len(self._leases),
+            )
+            self._leases.clear()
+
+    async def _flush(self) -> None:
+        """One last report of the outcomes ready, and a release of every other lease."""
+        ready = [lease for lease in self._leases.values() if lease.state == "reporting" and lease.outcome]
+        for lease in self._leases.values():
+            if lease not in ready:
+                lease.state = "releasing"
+        await asyncio.gather(self._send_batch(ready[:MAX_ITEMS]), self._send_releases(), return_exceptions=True)
 
     def _tasks(self) -> list[asyncio.Task[None]]:
         return [lease.task for lease in self._leases.values() if lease.task is not None]
@@ -272,13 +447,11 @@ class Worker:
 
     def _fail(self, what: str, error: ProblemError) -> None:
         """401 / 403 / 422: retrying cannot fix it."""
-        assert self._aborting is not None and self._stopping is not None
         self.stats.errors[error.code] += 1
         message = f"settled worker {self.worker_id}: {what} refused with {error.status} {error.code}: {error.detail}"
         self.log.error(message)
         self._fatal = WorkerStopped(message, error)
-        self._stopping.set()
-        self._aborting.set()
+        self._abort()
 
     @staticmethod
     def _fatal_answer(error: ProblemError) -> bool:
@@ -289,6 +462,8 @@ class Worker:
     async def _claim_loop(self) -> None:
         assert self._stopping is not None and self._slots is not None
         backoff = Backoff()
+        # A server that fails (500) is asked again ever more slowly, never in a tight loop.
+        failing = Backoff(0.25, 10.0, floor=0.5)
         try:
             while not self._stopping.is_set():
                 # A slot is free once its handler returned: the next claim goes out while
@@ -307,45 +482,99 @@ class Worker:
                 limit = self.batch_size or (self.concurrency - held)
                 sent = time.monotonic()
                 try:
-                    # Not cancelled once sent: the server may lease receipts to us (rule 6).
-                    answer = await asyncio.shield(
-                        self.client.claim(
-                            self.worker_id,
-                            lease_ms=self.lease_ms,
-                            limit=limit,
-                            wait_ms=self.wait_ms,
-                            groups=self.groups,
-                        )
-                    )
+                    answer = await self._claim(limit)
                 except ProblemError as e:
                     if self._fatal_answer(e):
                         self._fail("claim", e)
                         return
                     self._error(e.code, "claim", e)
-                    await self._either(self._stopping.wait(), timeout=backoff.next())
+                    wait = backoff.next() if e.retryable else failing.next()
+                    await self._either(self._stopping.wait(), timeout=wait)
                     continue
                 except ConnectionFailed as e:
-                    self._error("connection", "claim", e)
+                    self._error("invalid_answer" if isinstance(e, InvalidAnswer) else "connection", "claim", e)
                     await self._either(self._stopping.wait(), timeout=backoff.next())
                     continue
+                if answer is None:
+                    break  # stopped with the claim in flight, and it was cancelled
                 backoff.reset()
-                claims = answer["claims"]
-                self._emit("poll", None, claimed=len(claims))
+                failing.reset()
+                claims = []
+                for claim in answer["claims"]:
+                    if _looks_like_claim(claim):
+                        claims.append(claim)
+                    else:
+                        self._error("invalid_answer", "claim", InvalidAnswer(f"not a claim: {str(claim)[:80]!r}"))
+                look_again = answer.get("look_again_ms")
+                if not isinstance(look_again, int) or isinstance(look_again, bool) or look_again <= 0:
+                    look_again = None
+                self._emit("poll", None, claimed=len(claims), look_again_ms=look_again)
                 for claim in claims:
                     self._hold(claim, sent)
                 if claims:
                     self._start_queued()
-                elif answer.get("look_again_ms"):
-                    wait = cast(int, answer["look_again_ms"]) / 1000
-                    await self._either(self._stopping.wait(), timeout=wait)
-                elif self.wait_ms == 0:
-                    await self._either(self._stopping.wait(), timeout=0.25)
+                    continue
+                pause = self._pause(look_again, time.monotonic() - sent)
+                if pause > 0:
+                    await self._either(self._stopping.wait(), timeout=pause)
         finally:
             self._claiming_done = True
             self._poke()
 
+    def _pause(self, look_again_ms: int | None, waited: float) -> float:
+        """How long to wait after a claim that brought nothing."""
+        # An answer that came back before its long poll ended (a wait_ms of 0, a server
+        # stopping) is not asked again at once.
+        pause = 0.0 if self.wait_ms > 0 and waited >= self.wait_ms / 2000 else 0.25
+        if look_again_ms is None:
+            return pause
+        look = min(look_again_ms, MAX_LOOK_AGAIN_MS) / 1000
+        if self.groups is not None and len(self.groups) == 1:
+            # One group, held back by its rate: nothing can be claimed before its next token.
+            return look
+        # A rate-limited group says nothing of the others: work can arrive there at any
+        # moment, and the next long poll waits for it (and for the token) by itself.
+        return min(look, pause)
+
+    async def _claim(self, limit: int) -> s.ClaimsOut | None:
+        """One claim; None when the worker stopped while it was in flight and it was cancelled."""
+        assert self._stopping is not None and self._aborting is not None
+        started = asyncio.Event()
+        request = asyncio.create_task(
+            self.client.claim(
+                self.worker_id,
+                lease_ms=self.lease_ms,
+                limit=limit,
+                wait_ms=self.wait_ms,
+                groups=self.groups,
+                started=started,
+            )
+        )
+        stopped = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait([request, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not request.done():
+                # Stopping: an answer on its way is still taken (its receipts are released);
+                # a long poll still waiting is cancelled, which ends it on the server too.
+                await asyncio.wait([request], timeout=CLAIM_GRACE)
+            if not request.done() and started.is_set():
+                # It has begun to arrive: its leases are ours, read it to give them back.
+                await asyncio.wait([request], timeout=self.shutdown_timeout)
+        finally:
+            stopped.cancel()
+            if not request.done():
+                request.cancel()
+                await asyncio.wait([request])
+        if request.cancelled():
+            return None
+        return request.result()
+
     def _hold(self, claim: s.Claim, sent: float) -> None:
         job = Job(claim)
+        old = self._leases.get(job.receipt_id)
+        if old is not None:
+            # Claimed again: the lease held before has ended on the server.
+            self._lose(old, "claimed again")
         self._leases[job.receipt_id] = _Lease(
             job, sent + self.lease_ms / 1000 - self.margin, sent + self.lease_ms / 3000
         )
@@ -373,50 +602,95 @@ class Worker:
 
     # Jobs.
 
+    async def _call_handler(self, job: Job) -> Any:
+        if inspect.iscoroutinefunction(self.handler):
+            result = await self.handler(job)
+        else:
+            result = await _in_thread(self.handler, job)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
     async def _run(self, lease: _Lease) -> None:
         job = lease.job
         outcome: s.OutcomeIn | None = None
         error: BaseException | None = None
+        invalid: InvalidOutcome | None = None
+        cancelled = False
         # The handler runs in a span continuing the producer's trace (when
-        # OpenTelemetry is installed); asyncio.to_thread carries it along.
+        # OpenTelemetry is installed); a thread handler carries it along.
         with handler_span(job.claim) as span:
             try:
-                if inspect.iscoroutinefunction(self.handler):
-                    result = await self.handler(job)
-                else:
-                    result = await asyncio.to_thread(self.handler, job)
-                    if inspect.isawaitable(result):
-                        result = await result
+                result = await self._call_handler(job)
                 transcript = result if isinstance(result, str) and result else job.receipt_id
                 outcome = {"kind": "accepted", "transcript_id": transcript}
             except asyncio.CancelledError:
-                outcome = None
-                if not job.lost:
-                    # Cancelled by the shutdown deadline: give the lease back.
-                    lease.state = "releasing"
+                cancelled = True
             except Retryable as e:
                 outcome = cast(s.OutcomeIn, _without_none(kind="retryable", code=e.code, detail=e.detail,
-                                                        retry_after_ms=e.retry_after_ms))
+                                                        retry_after_ms=e.retry_after_ms, rail_code=e.rail_code))
             except Permanent as e:
-                outcome = cast(s.OutcomeIn, _without_none(kind="permanent", code=e.code, detail=e.detail))
+                outcome = cast(s.OutcomeIn, _without_none(kind="permanent", code=e.code, detail=e.detail,
+                                                        rail_code=e.rail_code))
             except Skip as e:
                 outcome = cast(s.OutcomeIn, {"kind": "skipped", "reason": e.reason})
+            except InvalidOutcome as e:  # Retryable / Permanent / Skip made outside the spec
+                invalid = e
             except Exception as e:
                 error = e
-                outcome = self.on_error(e, job)
-                self.log.warning("settled worker: handler raised on %s: %r", job.receipt_id, e)
             finally:
                 self._running -= 1
                 if self._slots is not None:
                     self._slots.set()
-            ended(span, outcome["kind"] if outcome is not None else None, error)
+            if outcome is not None:
+                try:
+                    check_outcome(outcome)  # again: a field may have been changed after it was made
+                except InvalidOutcome as e:
+                    outcome, invalid = None, e
+            ended(span, outcome["kind"] if outcome is not None else None, error or invalid)
         if job.lost:
+            self._start_queued()
             return
-        if outcome is not None:
-            lease.outcome = outcome
-            lease.state = "reporting"
+        if cancelled:
+            # Cancelled at the stop: give the lease back.
+            lease.state = "releasing"
+            self._poke()
+            return
+        if invalid is not None:
+            self._note_refused(lease, "invalid_outcome", None, str(invalid))
+            lease.fallback = True
+            outcome = await self._fallback(invalid, job)
+        elif error is not None:
+            self.log.warning("settled worker: handler raised on %s: %r", job.receipt_id, error)
+            outcome = await self._fallback(error, job)
+        if job.lost or self._leases.get(job.receipt_id) is not lease:
+            return
+        lease.outcome = outcome
+        lease.state = "reporting"
         self._poke()
         self._start_queued()
+
+    async def _fallback(self, error: BaseException, job: Job) -> s.OutcomeIn:
+        """`on_error`'s outcome; the default one when the hook raises or gives no valid outcome."""
+        try:
+            outcome: Any = self.on_error(error, job)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+            if outcome is None:
+                raise InvalidOutcome("on_error returned None")
+            check_outcome(outcome)
+            return cast(s.OutcomeIn, outcome)
+        except Exception as e:
+            self.stats.errors["on_error"] += 1
+            self.log.error(
+                "settled worker %s: on_error failed on %s (%s: %s): reporting the default outcome",
+                self.worker_id,
+                job.receipt_id,
+                type(e).__name__,
+                e,
+            )
+            self._emit("error", job, code="on_error", during="on_error", error=str(e))
+            return default_error_outcome(error, job)
 
     def _lose(self, lease: _Lease, reason: str) -> None:
         job = lease.job
@@ -448,8 +722,7 @@ class Worker:
     async def _commit_loop(self) -> None:
         assert self._stopping is not None and self._wake is not None
         tick = max(0.01, min(0.25, self.lease_ms / 12_000))
-        backoff = Backoff()
-        stop_started: float | None = None
+        backoff = Backoff(floor=0.5)
         while True:
             self._wake.clear()
             now = time.monotonic()
@@ -457,8 +730,7 @@ class Worker:
                 if now >= lease.deadline:
                     self._lose(lease, "local deadline passed")
             if self._stopping.is_set():
-                stop_started = stop_started or now
-                self._stop_step(now - stop_started)
+                self._stop_step()
             ok = True
             try:
                 await self._send_outcomes()
@@ -472,7 +744,7 @@ class Worker:
                 self._error(e.code, "a lease request", e)
                 ok = False
             except ConnectionFailed as e:
-                self._error("connection", "a lease request", e)
+                self._error("invalid_answer" if isinstance(e, InvalidAnswer) else "connection", "a lease request", e)
                 ok = False
             if self._stopping.is_set() and self._claiming_done and not self._leases:
                 return
@@ -488,14 +760,11 @@ class Worker:
             elif not self._wake.is_set():
                 await self._either(self._wake.wait(), timeout=wait)
 
-    def _stop_step(self, since_stop: float) -> None:
-        """Claims not started are released; running ones past the timeout too."""
+    def _stop_step(self) -> None:
+        """Claims not started are released (running ones are cancelled when the time is up)."""
         for lease in self._leases.values():
             if lease.state == "queued":
                 lease.state = "releasing"
-            elif lease.state == "running" and since_stop >= self.shutdown_timeout:
-                if lease.task is not None and not lease.task.done():
-                    lease.task.cancel()  # _run marks it releasing
 
     async def _send_outcomes(self) -> None:
         now = time.monotonic()
@@ -503,22 +772,55 @@ class Worker:
             lease
             for lease in self._leases.values()
             if lease.state == "reporting" and lease.outcome is not None and lease.retry_at <= now
-        ][:MAX_ITEMS]
-        if not ready:
+        ]
+        together = [lease for lease in ready if not lease.alone][:MAX_ITEMS]
+        if together:
+            await self._send_batch(together)
+        for lease in ready:
+            if lease.alone and self._leases.get(lease.job.receipt_id) is lease and lease.state == "reporting":
+                await self._send_batch([lease])
+
+    async def _send_batch(self, batch: list[_Lease]) -> None:
+        if not batch:
             return
-        results = await self.client.outcomes([(lease.job.claim, cast(s.OutcomeIn, lease.outcome)) for lease in ready])
-        for lease, result in zip(ready, results):
+        try:
+            results = await self.client.outcomes([(lease.job.claim, cast(s.OutcomeIn, lease.outcome)) for lease in batch])
+        except ProblemError as e:
+            if e.status not in ITEM_FAULTS:
+                raise
+            if len(batch) > 1:
+                # Refused as a whole, maybe for one item (too large, not valid JSON): one by one.
+                self.log.warning(
+                    "settled worker %s: %d outcomes refused together (%s): sending them one by one",
+                    self.worker_id,
+                    len(batch),
+                    e,
+                )
+                for lease in batch:
+                    lease.alone = True
+                return
+            await self._refused(batch[0], e)
+            return
+        for lease, result in zip(batch, results):
             error = result.get("error")
             route = result.get("route")
-            if route is not None:
+            if isinstance(route, dict):
                 self._count(lease, route)
                 self._done(lease)
-            elif error is not None:
-                self._item_error(lease, error, "outcome")
+            elif isinstance(error, dict):
+                await self._item_error(lease, _problem(error))
+            else:
+                # Neither: an answer we cannot read; send it again while the lease lasts.
+                self._error("invalid_answer", "outcome", InvalidAnswer(f"not an outcome result: {str(result)[:80]!r}"))
+                self._retry_later(lease)
+
+    def _retry_later(self, lease: _Lease) -> None:
+        lease.tries += 1
+        lease.retry_at = time.monotonic() + Backoff(0.05, 2.0, floor=0.5).next() * min(2**lease.tries, 32) / 2
 
     def _count(self, lease: _Lease, route: s.Route) -> None:
         job = lease.job
-        kind = route["kind"]
+        kind = route.get("kind")
         if kind == "retry_scheduled":
             self.stats.retried += 1
         elif kind == "dead_lettered":
@@ -527,29 +829,49 @@ class Worker:
             self.stats.skipped += 1
         else:
             self.stats.settled += 1
-        self._emit(cast(str, kind), job, route=route)
+        self._emit(str(kind), job, route=route)
 
-    def _item_error(self, lease: _Lease, error: s.Problem, what: str) -> None:
-        if error["status"] == 409:
-            self._lose(lease, error["code"])
-        elif error["class"] == "backend":
-            self.stats.errors[error["code"]] += 1
-            lease.retry_at = time.monotonic() + Backoff(0.05, 1.0).next()
+    async def _item_error(self, lease: _Lease, problem: ProblemError) -> None:
+        if problem.status == 409:
+            self._lose(lease, problem.code)
+        elif problem.retryable or problem.internal:
+            # Not recorded this time: sent again while the lease lasts.
+            self.stats.errors[problem.code] += 1
+            self._retry_later(lease)
         else:
-            self.stats.errors[error["code"]] += 1
-            self.log.error(
-                "settled worker %s: %s for %s refused: %s %s: %s",
-                self.worker_id,
-                what,
-                lease.job.receipt_id,
-                error["status"],
-                error["code"],
-                error["detail"],
-            )
-            self._emit("error", lease.job, code=error["code"], during=what)
-            if lease.task is not None and not lease.task.done():
-                lease.task.cancel()
-            self._done(lease)
+            await self._refused(lease, problem)
+
+    def _note_refused(self, lease: _Lease, code: str, status: int | None, detail: str) -> None:
+        job = lease.job
+        kind = lease.outcome["kind"] if lease.outcome is not None else None
+        then = "releasing the lease" if lease.fallback else "reporting on_error's outcome instead"
+        self.stats.outcomes_refused += 1
+        self.stats.errors[code] += 1
+        self.log.error(
+            "settled worker %s: outcome for %s refused (%s%s: %s): %s",
+            self.worker_id,
+            job.receipt_id,
+            f"{status} " if status is not None else "",
+            code,
+            detail,
+            then,
+        )
+        self._emit("outcome_refused", job, code=code, status=status, detail=detail, outcome=lease.outcome, kind=kind,
+                   fallback=not lease.fallback)
+
+    async def _refused(self, lease: _Lease, problem: ProblemError) -> None:
+        """The server refused the outcome: report `on_error`'s instead; if that is refused too,
+        release the lease rather than let it run out."""
+        self._note_refused(lease, problem.code, problem.status, problem.detail)
+        if lease.fallback:
+            lease.state = "releasing"
+            return
+        lease.fallback = True
+        lease.alone = False
+        outcome = await self._fallback(OutcomeRefused(problem, lease.outcome), lease.job)
+        if self._leases.get(lease.job.receipt_id) is lease:
+            lease.outcome = outcome
+            lease.retry_at = 0.0
 
     async def _send_releases(self) -> None:
         releasing = [lease for lease in self._leases.values() if lease.state == "releasing"]
@@ -562,7 +884,7 @@ class Worker:
                 try:
                     await self.client.release(lease.job.claim)
                 except ProblemError as e:
-                    if e.retryable:
+                    if e.retryable or e.internal:
                         raise
                     # 409: the lease had ended already; nothing to give back.
                     if e.status != 409:
@@ -595,15 +917,57 @@ class Worker:
             for lease, result in zip(chunk, results):
                 claim = result.get("claim")
                 error = result.get("error")
-                if claim is not None:
-                    lease.job._claim = claim
+                if _looks_like_claim(claim):
+                    lease.job._claim = cast(s.Claim, claim)
                     lease.deadline = sent + self.lease_ms / 1000 - self.margin
                     lease.extend_at = sent + interval
                     self.stats.leases_extended += 1
-                elif error is not None:
-                    if error["status"] == 409:
-                        self._lose(lease, error["code"])
-                    else:
-                        self.stats.errors[error["code"]] += 1
+                elif isinstance(error, dict) and error.get("status") == 409:
+                    self._lose(lease, str(error.get("code")))
+                else:
+                    # Not extended this time (a 503, a 500): tried again soon, while the lease lasts.
+                    self.stats.errors[str(error.get("code")) if isinstance(error, dict) else "invalid_answer"] += 1
+                    lease.extend_at = sent + min(1.0, interval / 4)
             self._emit("heartbeat", None, leases=len(chunk))
 
+
+def _problem(error: Mapping[str, Any]) -> ProblemError:
+    return ProblemError(
+        int(error.get("status") or 0),
+        str(error.get("code") or "unknown"),
+        str(error.get("class") or ""),
+        str(error.get("detail") or ""),
+        error,
+    )
+
+
+def _in_thread(function: Callable[[Job], Any], job: Job) -> asyncio.Future[Any]:
+    """Run a plain handler in a daemon thread of its own, with the caller's context (its
+    trace span): unlike the loop's executor, a handler that never returns cannot hold up
+    the end of `run()`."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def target() -> None:
+        try:
+            result = context.run(function, job)
+        except BaseException as e:  # handed to the job's task, like any handler's exception
+            outcome: tuple[bool, Any] = (False, e)
+        else:
+            outcome = (True, result)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop has ended meanwhile
+            pass
+
+    threading.Thread(target=target, name=f"settled-handler-{job.receipt_id}"[:60], daemon=True).start()
+    return future
