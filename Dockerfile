@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # Build: docker build -t settled .
-# Run:   docker run -p 8080:8080 -v settled-data:/data \
+# Run:   docker run -p 8080:8080 -v settled-data:/data --stop-timeout 40 \
 #          -e SETTLED_TOKENS=operator:$(openssl rand -hex 24),worker:$(openssl rand -hex 24) settled
 # (tokens are 16..=256 visible ASCII characters; keep them somewhere safe to give to clients)
+# (docs/deployment.md; deploy/ has compose, Kubernetes, systemd and proxy files)
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
@@ -29,6 +30,13 @@ ENV SETTLED_LISTEN=0.0.0.0:8080 \
     SETTLED_DATABASE_URL=sqlite:/data/settled.db \
     SETTLED_LOG_FORMAT=json
 EXPOSE 8080
+# `settled healthcheck` asks /readyz on the port SETTLED_LISTEN names (the image
+# has no curl): change the port with SETTLED_LISTEN, not --listen, to keep the
+# check on it. The start period covers migrations, which run before the first
+# request is answered.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["/usr/local/bin/settled", "healthcheck", "--timeout", "4s"]
+# On SIGTERM settled drains for at most 35 s: stop it with --stop-timeout 40.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/settled"]
 CMD ["serve"]

@@ -47,6 +47,40 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Print the OpenAPI document (YAML) and exit.
     Openapi,
+    /// Ask a running server whether it is ready (`GET /readyz`): exit 0 when it answers 2xx,
+    /// 1 otherwise with the reason on one line. For container health checks.
+    Healthcheck(HealthcheckArgs),
+}
+
+/// Options of `healthcheck`.
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// The address `serve` listens on: the same flag and variable, so a container's settings
+    /// serve both. `0.0.0.0` and `[::]` are asked on loopback.
+    #[arg(long, env = "SETTLED_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
+    pub listen: SocketAddr,
+    /// Ask this URL instead, e.g. `http://127.0.0.1:8080/readyz` (plain HTTP: settled serves no
+    /// TLS). Wins over --listen and SETTLED_LISTEN.
+    #[arg(long, conflicts_with = "live")]
+    pub url: Option<String>,
+    /// Ask `/healthz` (the process answers) instead of `/readyz` (it answers and its database
+    /// takes writes).
+    #[arg(long)]
+    pub live: bool,
+    /// Give up after this long (connecting, sending and reading the answer), e.g. `2s`.
+    #[arg(long, default_value = "5s", value_parser = parse_check_timeout)]
+    pub timeout: std::time::Duration,
+}
+
+/// A health check's time limit: 100 ms ..= 5 min.
+fn parse_check_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration < std::time::Duration::from_millis(100)
+        || duration > std::time::Duration::from_secs(300)
+    {
+        return Err("the timeout must be 100ms..=5min".to_owned());
+    }
+    Ok(duration)
 }
 
 /// Log line format.
