@@ -216,7 +216,7 @@ async fn seed(api: &Api) {
     let status = api.expect("/v1/status?limit=1", None, 200).await;
     assert_eq!(
         status["counts"],
-        json!({"pending": 5, "scheduled": 1, "leased": 1, "retry_scheduled": 2, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
+        json!({"pending": 5, "scheduled": 1, "held": 0, "leased": 1, "retry_scheduled": 2, "settled": 1, "skipped": 0, "dead_lettered": 2 + BULK, "canceled": 0}),
         "seeded counts"
     );
 }

@@ -62,6 +62,11 @@ pub struct FeedQuery {
     /// from now on. Absent: from the oldest entry still retained. A stream's
     /// `Last-Event-ID` header, when sent, takes its place.
     pub after: Option<String>,
+    /// JSON pages only, instead of `after`: the newest `limit` entries up to
+    /// and including this position (a `cursor`, a `next_cursor`, or `latest`
+    /// for the newest entry), oldest first; `next_cursor` is the position
+    /// given, to pass as `after` to continue with no gap and no repeat.
+    pub before: Option<String>,
     /// JSON pages: 1..=1000, default 100. A stream sends everything.
     pub limit: Option<usize>,
 }
@@ -194,11 +199,30 @@ async fn history(
         ));
     }
     if wants_stream(&headers) {
+        if query.before.is_some() {
+            return Err(ApiError::validation(
+                ProblemCode::InvalidQuery,
+                "`before` reads JSON pages only; a stream starts `after` a position",
+            ));
+        }
         let start = stream_start(&headers, query.after.as_deref())?;
         let slot = admit(&app, caller.as_ref().map(|Extension(c)| c))?;
         return stream(app, start, slot, keep_busy.map(|Extension(k)| k)).await;
     }
-    let start = parse_start(query.after.as_deref())?;
+    let start = match (query.after.as_deref(), query.before.as_deref()) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::validation(
+                ProblemCode::InvalidQuery,
+                "give `after` or `before`, not both",
+            ));
+        }
+        (None, Some(before)) => match parse_start(Some(before))? {
+            FeedStart::Latest => FeedStart::UpToLatest,
+            FeedStart::After(position) => FeedStart::UpTo(position),
+            other => other,
+        },
+        (after, None) => parse_start(after)?,
+    };
     let (entries, next) = page(app.checked(detached(&app, start, limit).await)?)?;
     Ok(Json(FeedPage {
         entries,

@@ -68,6 +68,11 @@ pub enum FeedStart {
     After(FeedPosition),
     /// The newest entry committed now: only what comes later.
     Latest,
+    /// The newest entries up to and including this position (`before`):
+    /// the ones `After` of the same position does not return.
+    UpTo(FeedPosition),
+    /// The newest entries up to and including the tip (`before=latest`).
+    UpToLatest,
 }
 
 /// One feed entry: a history entry, its receipt and its position.
@@ -144,6 +149,13 @@ pub(crate) trait FeedSource {
     async fn tip(&mut self) -> StoreResult<FeedPosition>;
     /// Up to `limit` rows after `after`, in feed order.
     async fn rows(&mut self, after: FeedPosition, limit: usize) -> StoreResult<Vec<FeedRow>>;
+    /// The last `limit` rows after `after` and up to `upto` included, newest first.
+    async fn rows_back(
+        &mut self,
+        after: FeedPosition,
+        upto: FeedPosition,
+        limit: usize,
+    ) -> StoreResult<Vec<FeedRow>>;
 }
 
 /// One feed read, the same on every backend.
@@ -153,6 +165,29 @@ pub(crate) async fn read(
     limit: usize,
 ) -> StoreResult<FeedRead> {
     let horizon = source.horizon().await?;
+    if let FeedStart::UpTo(_) | FeedStart::UpToLatest = start {
+        let tip = source.tip().await?.max(horizon);
+        let upto = match start {
+            FeedStart::UpTo(position) => position,
+            _ => tip,
+        };
+        if upto > tip {
+            return Ok(FeedRead::Ahead { tip });
+        }
+        if upto < horizon {
+            return Ok(FeedRead::Expired { horizon });
+        }
+        let mut rows = source.rows_back(horizon, upto, limit).await?;
+        rows.reverse();
+        let entries = rows
+            .into_iter()
+            .map(FeedRow::entry)
+            .collect::<StoreResult<Vec<_>>>()?;
+        return Ok(FeedRead::Page {
+            entries,
+            next: upto,
+        });
+    }
     let after = match start {
         FeedStart::Beginning => horizon,
         FeedStart::After(position) if position < horizon => {
@@ -160,6 +195,7 @@ pub(crate) async fn read(
         }
         FeedStart::After(position) => position,
         FeedStart::Latest => source.tip().await?.max(horizon),
+        FeedStart::UpTo(_) | FeedStart::UpToLatest => unreachable!("read back above"),
     };
     let rows = source.rows(after, limit).await?;
     let Some(last) = rows.last() else {

@@ -257,7 +257,7 @@ pub struct StateCounts {
     /// states still add up to every receipt.
     pub scheduled: u64,
     /// Of the active receipts (`pending`, `retry_scheduled` or `leased`), those an
-    /// operator holds: not claimed again until released (docs/operators.md). Not a
+    /// operator holds: not claimed again until unheld (docs/operators.md). Not a
     /// state of its own either.
     pub held: u64,
     pub leased: u64,

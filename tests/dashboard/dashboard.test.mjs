@@ -8,9 +8,10 @@
 // CHROMIUM (default /usr/bin/chromium), SCREENSHOT_DIR (writes a PNG of each view there),
 // CPU_THROTTLE (slow the page down that many times, as on a loaded machine).
 // The server must hold what tests/dashboard.rs seeds: at least 11 dead letters (two pages of
-// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test). The
-// script itself enqueues, claims and reports `live-1` … `live-4` (the operator token may) to
-// watch the page follow GET /v1/history live.
+// 10), some of them `bulk-*`, a leased receipt, and `pending-3` (canceled by the test). Before
+// the page opens, the script settles and fails `early-01` … `early-40` (so that the feed holds
+// more entries than the page lists) and holds `held-1`; later it enqueues, claims and reports
+// `live-1` … `live-4` (the operator token may) to watch the page follow GET /v1/history live.
 // Exits 0 when every check passes, 1 with a message naming the failed step otherwise.
 // tests/dashboard.rs starts the real binary, seeds it and runs this script.
 
@@ -21,8 +22,11 @@ import path from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { chromium } from "playwright-core";
 
-// Every count card: the seven states, and `scheduled` (pending receipts not due yet).
-const STATES = ["pending", "scheduled", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered", "canceled"];
+// Every count card: the seven states, `scheduled` (pending receipts not due yet) and `held`
+// (receipts an operator holds).
+const STATES = ["pending", "scheduled", "held", "leased", "retry_scheduled", "settled", "skipped", "dead_lettered", "canceled"];
+// How many entries "Latest outcomes" lists.
+const LATEST_MAX = 50;
 const BASE = (process.env.BASE || "").replace(/\/+$/, "");
 const TOKEN = process.env.TOKEN || "";
 const READER_TOKEN = process.env.READER_TOKEN || "";
@@ -151,7 +155,10 @@ async function rowCells(page, id) {
     const out = {};
     for (const td of row.querySelectorAll("td[data-col]")) {
       const hash = td.querySelector("[data-hash]");
-      out[td.getAttribute("data-col")] = hash ? hash.getAttribute("data-hash") : td.textContent.trim();
+      const code = td.querySelector("[data-code]");
+      const rail = td.querySelector("[data-rail-code]");
+      out[td.getAttribute("data-col")] = hash ? hash.getAttribute("data-hash") : code ? code.getAttribute("data-code") : td.textContent.trim();
+      if (rail) out.rail_code = rail.getAttribute("data-rail-code");
     }
     return out;
   });
@@ -174,7 +181,8 @@ async function receiptMatches(page, id) {
           try { return pre ? JSON.parse(pre.textContent) : "(not shown)"; } catch { return "(not JSON)"; }
         })(),
         history: [...document.querySelectorAll("#timeline li[data-outcome]")].map((li) =>
-          li.getAttribute("data-outcome") + (li.hasAttribute("data-retry-after-ms") ? " wait " + li.getAttribute("data-retry-after-ms") : "")),
+          li.getAttribute("data-outcome") + (li.hasAttribute("data-retry-after-ms") ? " wait " + li.getAttribute("data-retry-after-ms") : "") +
+            (li.hasAttribute("data-rail-code") ? " rail " + li.getAttribute("data-rail-code") : "")),
       };
     });
   };
@@ -188,9 +196,10 @@ async function receiptMatches(page, id) {
     opt("lease_owner", r.lease?.owner);
     opt("lease_until_ms", r.lease?.until_ms);
     opt("last_failure_code", r.last_failure?.code);
+    opt("last_failure_rail_code", r.last_failure?.rail_code);
     opt("detail_sha256", r.last_failure?.detail_sha256);
     opt("dead_lettered_at_ms", r.dead_letter?.dead_lettered_at_ms);
-    opt("dead_letter", r.dead_letter?.code);
+    opt("dead_letter", r.dead_letter?.last_failure?.code ?? r.dead_letter?.code);
     opt("transcript_id", r.transcript_id);
     opt("skip_reason", r.skip_reason);
     opt("cancel_reason", r.cancel_reason);
@@ -198,12 +207,52 @@ async function receiptMatches(page, id) {
       id: r.receipt_id,
       facts,
       observation: r.observation ?? null,
-      history: r.history.map((h) => h.outcome + (h.retry_after_ms !== null && h.retry_after_ms !== undefined ? " wait " + h.retry_after_ms : "")),
+      history: r.history.map((h) => h.outcome + (h.retry_after_ms !== null && h.retry_after_ms !== undefined ? " wait " + h.retry_after_ms : "") +
+        (h.rail_code ? " rail " + h.rail_code : "")),
     };
   };
   const shown = await until(read, (v) => isDeepStrictEqual(v, expected(want)));
   assert.deepEqual(shown, expected(want), `receipt page of ${id} differs from GET /v1/receipts/${id}`);
   return want;
+}
+
+/** Every entry of the feed, oldest first (the test's feed is small). */
+async function wholeFeed() {
+  const entries = [];
+  let after = null;
+  for (;;) {
+    const page = await api("GET", "/v1/history?limit=1000" + (after ? "&after=" + encodeURIComponent(after) : ""));
+    entries.push(...page.entries);
+    if (!page.entries.length) return entries;
+    after = page.next_cursor;
+  }
+}
+
+/** What "Latest outcomes" lists: each entry's cursor, receipt and outcome, newest first. */
+async function latestShown(page) {
+  return page.$$eval("#latest li[data-receipt]", (items) =>
+    items.map((li) => ({ cursor: li.getAttribute("data-cursor"), receipt_id: li.getAttribute("data-receipt"), outcome: li.getAttribute("data-outcome") })));
+}
+
+/** "Latest outcomes" lists the newest LATEST_MAX entries of the feed, newest first, each once (polled). */
+async function latestMatchesFeed(page, label) {
+  let want = null;
+  const shown = await until(
+    async () => {
+      want = (await wholeFeed()).slice(-LATEST_MAX).reverse().map((e) => ({ cursor: e.cursor, receipt_id: e.receipt_id, outcome: e.outcome }));
+      return latestShown(page);
+    },
+    (v) => isDeepStrictEqual(v, want),
+  );
+  assert.deepEqual(shown, want, `${label}: the latest outcomes differ from the newest ${LATEST_MAX} entries of GET /v1/history`);
+  return shown;
+}
+
+/** Enqueue `id`, claim it and report `outcome`; answers the route. */
+async function settleOne(id, finalizedAt, outcome) {
+  await api("POST", "/v1/receipts", { receipt_id: id, finalized_at: finalizedAt, observation: { amount: 5 } });
+  const claim = await api("POST", `/v1/receipts/${encodeURIComponent(id)}/claim`, { worker_id: "dashboard-early", lease_ms: 60_000 });
+  return api("POST", `/v1/receipts/${encodeURIComponent(id)}/outcome`, { claim, outcome });
 }
 
 async function horizontalOverflow(page) {
@@ -230,6 +279,34 @@ async function main() {
     `REDRIVE_ID ${target} is not among the dead letters`,
   );
 
+  check("whether the feed takes `before`");
+  // With `before` the page fills its latest outcomes with one request, reading no page forward.
+  const spec = await api("GET", "/openapi.json");
+  const hasBefore = (spec.paths?.["/v1/history"]?.get?.parameters ?? []).some((p) => p.name === "before");
+  assert.ok(hasBefore, "GET /v1/history takes `before`");
+  ok("GET /v1/history takes before");
+
+  check("outcomes and a hold before the page opens");
+  // More entries than the page lists, so that it must find the newest ones; one of each route.
+  const early = [];
+  for (let i = 1; i <= 40; i++) {
+    const id = `early-${String(i).padStart(2, "0")}`;
+    const rail = { rail_code: i % 4 === 0 ? "card_declined" : "issuer_unavailable" };
+    const outcome = i % 4 === 0 ? { kind: "permanent", code: "verification", detail: "declined (dashboard test)", ...rail }
+      : i % 4 === 1 ? { kind: "retryable", code: "rpc", detail: "rail timed out (dashboard test)", ...rail }
+      : { kind: "accepted", transcript_id: `tx-${id}` };
+    const route = await settleOne(id, 1_764_461_000 + i, outcome);
+    early.push([id, route.kind]);
+  }
+  const routes = new Set(early.map(([, kind]) => kind));
+  assert.deepEqual([...routes].sort(), ["dead_lettered", "no_action", "retry_scheduled"], "the early outcomes took every route");
+  await api("POST", "/v1/receipts", { receipt_id: "held-1", finalized_at: 1_764_461_100, observation: { amount: 6 } });
+  const heldOne = await api("POST", "/v1/receipts/held-1/hold", { reason: "held before the page opened (dashboard test)" });
+  assert.ok(heldOne.held_at_ms, "held-1 is held");
+  const feedBefore = await wholeFeed();
+  assert.ok(feedBefore.length > LATEST_MAX, `the feed holds ${feedBefore.length} entries, more than the page lists`);
+  ok(`${early.length} outcomes reported and held-1 held before the page opened; the feed holds ${feedBefore.length} entries`);
+
   check("launch chromium");
   const profile = await mkdtemp(path.join(tmpdir(), "settled-dashboard-"));
   const context = await chromium.launchPersistentContext(profile, {
@@ -245,8 +322,10 @@ async function main() {
     page = context.pages()[0] || (await context.newPage());
     const foreign = [];
     const pageErrors = [];
+    const feedRequests = [];
     page.on("request", (request) => {
       const url = request.url();
+      if (url.startsWith(`${BASE}/v1/history?`)) feedRequests.push(url.slice(BASE.length));
       const { protocol } = new URL(url);
       if (protocol === "data:" || protocol === "blob:" || protocol === "about:") return;
       if (new URL(url).origin !== origin) foreign.push(url);
@@ -270,11 +349,31 @@ async function main() {
     await page.locator('#counts [data-state="pending"] .n').waitFor({ state: "visible" });
     ok("token accepted, counts rendered");
 
+    check("latest outcomes: filled from the feed on first load");
+    await page.locator('#latest[data-filled="yes"]').waitFor();
+    const firstLoad = await latestMatchesFeed(page, "first load");
+    assert.equal(firstLoad.length, LATEST_MAX, "a full list");
+    assert.deepEqual([firstLoad[0].receipt_id, firstLoad[0].outcome], ["held-1", "hold"], "the newest entry (the hold) first");
+    assert.deepEqual([firstLoad[1].receipt_id, firstLoad[1].outcome], ["early-40", "permanent"], "then the newest outcome");
+    const firstLink = page.locator("#latest li[data-receipt] a").first();
+    assert.equal(await firstLink.getAttribute("href"), "#receipt=held-1", "each entry links to its receipt");
+    const scans = feedRequests.filter((u) => u.includes("after=") && !u.includes("after=latest"));
+    assert.ok(feedRequests.some((u) => u.includes("before=")), `the page asked for the entries before the tip: ${feedRequests.join(", ")}`);
+    assert.deepEqual(scans, [], "with `before` the page reads no page of the feed forward");
+    const early40Item = page.locator('#latest li[data-receipt="early-40"]');
+    assert.equal(await early40Item.getAttribute("data-rail-code"), "card_declined", "early-40's rail code in the latest outcomes");
+    assert.match(await early40Item.textContent(), /verification \(rail: card_declined\)/, "the rail code beside the failure code");
+    ok(`the newest ${firstLoad.length} of ${feedBefore.length} entries listed on first load, newest first` +
+      " (one `before` page)");
+
     check("counts match /v1/status");
+    const status0 = await api("GET", "/v1/status?limit=1");
     const cards = await page.$$eval("#counts [data-state]", (all) => all.map((c) => c.getAttribute("data-state")));
     for (const state of STATES) assert.ok(cards.includes(state), `no card with data-state="${state}"`);
     const shown = await countsMatch(page, "after sign-in");
-    ok(`counts match the API: ${JSON.stringify(shown)}`);
+    assert.equal(status0.counts.held, 1, `GET /v1/status counts held-1 as held: ${JSON.stringify(status0.counts)}`);
+    assert.equal(shown.held, 1, "the held card");
+    ok(`counts match the API: ${JSON.stringify(shown)}, held-1 among them`);
 
     check("overview: groups, paused and resumed from the page");
     const groupRow = page.locator('#groups [data-group="default"]');
@@ -420,6 +519,8 @@ async function main() {
     for (const id of ["live-1", "live-2", "live-3", "live-4"]) {
       assert.equal(await page.locator(`#latest li[data-receipt="${id}"]`).count(), 1, `${id} listed once`);
     }
+    // Filled on load, then followed live: still exactly the newest entries, none twice, none missing.
+    await latestMatchesFeed(page, "after the live outcomes");
     if (SCREENSHOT_DIR) {
       await page.evaluate(() => window.scrollTo(0, 0));
       await page.screenshot({ path: path.join(SCREENSHOT_DIR, "dashboard-overview.png") });
@@ -440,6 +541,8 @@ async function main() {
     assert.equal(shownRow.code, lf.code, "code shown");
     assert.equal(shownRow.attempts, String(first.receipts[0].attempts), "attempts shown");
     assert.equal(shownRow.hash, lf.detail_sha256, "detail hash shown");
+    assert.equal(shownRow.rail_code, lf.rail_code ?? undefined, "rail code shown beside the code");
+    assert.equal(shownRow.rail_code, "card_declined", `${first.receipts[0].receipt_id}: the rail code`);
     assert.ok(shownRow.finished.length > 0, "dead-lettered time shown");
     ok(`dead-letter page 1 matches GET /v1/receipts: ${first.receipts.length} rows, code/attempts/hash/when shown`);
 
@@ -558,7 +661,7 @@ async function main() {
     await page.locator("#confirm-go").click();
     await page.locator("#confirm-error").waitFor({ state: "visible" });
     assert.match(await page.locator("#confirm-error").textContent(), /count_mismatch/, "the refusal names count_mismatch");
-    const notHeld = (await api("GET", "/v1/receipts?held=true&limit=50")).receipts;
+    const notHeld = (await api("GET", "/v1/receipts?held=true&prefix=pending-&limit=50")).receipts;
     assert.deepEqual(notHeld, [], "nothing was held");
     await page.locator("#confirm-close").click();
     await page.locator("#f-reset").click();
@@ -592,6 +695,16 @@ async function main() {
     assert.equal(await waitItem.count(), 1, "the retryable entry carries retry_after_ms 5000");
     assert.match(await waitItem.textContent(), /wait 5000 ms/, "the timeline says the rail's wait");
     ok("retry-2: the timeline shows the rail's wait of 5000 ms");
+
+    check("receipt page: the rail's own code beside the failure code");
+    await page.locator("#lookup-id").fill("early-40");
+    await page.locator('#lookup-form [type="submit"]').click();
+    const early40 = await receiptMatches(page, "early-40");
+    assert.equal(early40.last_failure.rail_code, "card_declined", "the API's last_failure.rail_code");
+    assert.equal(await page.locator('#receipt-facts dd[data-field="last_failure_rail_code"]').textContent(), "card_declined", "the rail code fact");
+    assert.match(await page.locator('#receipt-facts dd[data-field="dead_letter"]').textContent(), /rail: card_declined/, "the dead letter's rail code");
+    assert.equal(await page.locator('#timeline li[data-outcome="permanent"][data-rail-code="card_declined"]').count(), 1, "the timeline's rail code");
+    ok("early-40: the rail code card_declined beside verification in its facts, dead letter and timeline");
 
     check("receipt page: lease holder, failure detail hash, observation");
     await page.locator("#lookup-id").fill("leased-1");

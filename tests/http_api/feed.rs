@@ -275,7 +275,57 @@ async fn shutdown_ends_open_streams(fresh: Fresh) {
         .unwrap();
 }
 
+/// `before` reads the newest entries up to a position (what a console shows
+/// when it opens); its `next_cursor` continues with no gap and no repeat.
+async fn before_reads_the_newest_entries_and_continues_after_them(fresh: Fresh) {
+    let s = spawn(fresh).await;
+    let empty = s.get("/v1/history?before=latest").await.ok(200).clone();
+    assert_eq!(empty, json!({"entries": [], "next_cursor": "0-0"}));
+    for id in ["a", "b", "c", "d", "e"] {
+        settle(&s, id).await;
+    }
+    let (all, tip) = read(&s, "0-0", 5, 100).await;
+    assert_eq!(ids(&all), ["a", "b", "c", "d", "e"]);
+    let newest = s
+        .get("/v1/history?before=latest&limit=2")
+        .await
+        .ok(200)
+        .clone();
+    let entries = newest["entries"].as_array().unwrap().clone();
+    assert_eq!(ids(&entries), ["d", "e"], "oldest of them first");
+    assert_eq!(newest["next_cursor"], tip.as_str());
+    // Up to an entry's own cursor, that entry included.
+    let at_c = all[2]["cursor"].as_str().unwrap();
+    let page = s
+        .get(&format!("/v1/history?before={at_c}&limit=2"))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(ids(page["entries"].as_array().unwrap()), ["b", "c"]);
+    assert_eq!(page["next_cursor"], at_c);
+    // Continuing after it: the rest, once each.
+    let (rest, _) = read(&s, at_c, 2, 100).await;
+    assert_eq!(ids(&rest), ["d", "e"]);
+    let everything = s
+        .get(&format!("/v1/history?before={tip}&limit=1000"))
+        .await
+        .ok(200)
+        .clone();
+    assert_eq!(everything["entries"].as_array().unwrap().len(), 5);
+    for (query, status, code) in [
+        ("before=latest&after=0-0", 422, "invalid_query"),
+        ("before=nonsense", 422, "invalid_cursor"),
+        ("before=999999-999999", 422, "invalid_cursor"),
+    ] {
+        s.get(&format!("/v1/history?{query}"))
+            .await
+            .assert_problem(status, code, "validation");
+    }
+    s.stop().await;
+}
+
 crate::on_every_backend!(
+    before_reads_the_newest_entries_and_continues_after_them,
     pages_follow_every_entry_in_order,
     bad_input_is_refused_and_expired_cursors_are_gone,
     a_stream_sends_entries_live_and_resumes_without_repeats,

@@ -1531,7 +1531,7 @@ export interface components {
             /**
              * Format: int64
              * @description Of the active receipts (`pending`, `retry_scheduled` or `leased`), those an
-             *     operator holds: not claimed again until released (docs/operators.md). Not a
+             *     operator holds: not claimed again until unheld (docs/operators.md). Not a
              *     state of its own either.
              */
             held: number;
@@ -2229,6 +2229,13 @@ export interface operations {
                  *     `Last-Event-ID` header, when sent, takes its place.
                  */
                 after?: string;
+                /**
+                 * @description JSON pages only, instead of `after`: the newest `limit` entries up to
+                 *     and including this position (a `cursor`, a `next_cursor`, or `latest`
+                 *     for the newest entry), oldest first; `next_cursor` is the position
+                 *     given, to pass as `after` to continue with no gap and no repeat.
+                 */
+                before?: string;
                 /** @description JSON pages: 1..=1000, default 100. A stream sends everything. */
                 limit?: number;
             };

@@ -53,6 +53,27 @@ impl FeedSource for Reader<'_> {
             .fetch_all(&mut *self.0)
             .await?)
     }
+
+    async fn rows_back(
+        &mut self,
+        after: FeedPosition,
+        upto: FeedPosition,
+        limit: usize,
+    ) -> StoreResult<Vec<FeedRow>> {
+        let sql = format!(
+            "SELECT tx::text::bigint AS tx, {FEED_COLUMNS} FROM receipt_history AS h \
+             WHERE (h.tx, h.id) > ($1::text::xid8, $2) AND (h.tx, h.id) <= ($3::text::xid8, $4) \
+             AND h.tx < {SETTLED_BELOW} ORDER BY h.tx DESC, h.id DESC LIMIT $5"
+        );
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(to_i64(after.tx, "cursor")?.to_string())
+            .bind(to_i64(after.id, "cursor")?)
+            .bind(to_i64(upto.tx, "cursor")?.to_string())
+            .bind(to_i64(upto.id, "cursor")?)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *self.0)
+            .await?)
+    }
 }
 
 fn position(tx: i64, id: i64) -> StoreResult<FeedPosition> {

@@ -39,6 +39,24 @@ impl FeedSource for Reader<'_> {
             .fetch_all(&mut *self.0)
             .await?)
     }
+
+    async fn rows_back(
+        &mut self,
+        after: FeedPosition,
+        upto: FeedPosition,
+        limit: usize,
+    ) -> StoreResult<Vec<FeedRow>> {
+        let sql = format!(
+            "SELECT 0 AS tx, {FEED_COLUMNS} FROM receipt_history WHERE id > ?1 AND id <= ?2 \
+             ORDER BY id DESC LIMIT ?3"
+        );
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(to_i64(after.id, "cursor")?)
+            .bind(to_i64(upto.id, "cursor")?)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *self.0)
+            .await?)
+    }
 }
 
 fn position(id: i64) -> StoreResult<FeedPosition> {
