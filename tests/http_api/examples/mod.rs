@@ -448,7 +448,13 @@ async fn curl_operator_walkthrough_runs() {
         .iter()
         .filter_map(|h| h["outcome"].as_str())
         .collect();
-    assert_eq!(outcomes, ["permanent", "redrive", "accepted"], "{view}");
+    // The walk-through's bulk hold and unhold select its group, this receipt included.
+    assert_eq!(
+        outcomes,
+        ["permanent", "redrive", "hold", "unhold", "accepted"],
+        "{view}"
+    );
+    assert_eq!(view["history"][0]["rail_code"], "card_declined", "{view}");
     println!(
         "curl operator example: 3 receipts enqueued, one dead-lettered, redriven and settled in {:.2} s",
         took.as_secs_f64()
