@@ -7,6 +7,10 @@
 //! `clients/typescript/src/schema.ts` are what `openapi.yaml` gives, the committed
 //! `clients/typescript/dist/` is what `tsc` builds, and both pass their strict type checks.
 //!
+//! The Java SDK (`clients/java`) runs the same scenarios with its example worker's jar, and its
+//! unit tests (which compare its types with `openapi.yaml`) through `clients/java/build.sh`;
+//! those need Java 17, Maven and Debian's junit5 and libjackson2-databind-java packages.
+//!
 //! Needs `clients/python/.venv`, `clients/typescript/node_modules` and
 //! `examples/node/node_modules` (`bash clients/ci-setup.sh` installs them). Without them a test
 //! prints `SKIPPED: …` and passes, except when `CI` or `SETTLED_REQUIRE_SDKS` is set: there a
@@ -70,9 +74,68 @@ fn run(label: &str, command: &mut Command) -> bool {
     status.success()
 }
 
+const JAVA_SETUP: &str = "apt-get install openjdk-17-jdk maven junit5 libjackson2-databind-java, \
+    then bash clients/java/build.sh";
+
+/// What the Java SDK's build needs: Java 17 or newer, Maven, and Debian's JUnit 5 and Jackson.
+fn java_missing() -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    let javac = Command::new("javac").arg("-version").output().map(|o| {
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
+    });
+    let version = javac.ok().and_then(|v| {
+        v.split_whitespace()
+            .nth(1)
+            .and_then(|n| n.split('.').next()?.parse::<u32>().ok())
+    });
+    if version.is_none_or(|v| v < 17) {
+        missing.push("a Java 17 JDK (javac)");
+    }
+    if Command::new("mvn")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        missing.push("maven");
+    }
+    for (jar, package) in [
+        ("junit-platform-console-standalone.jar", "junit5"),
+        ("jackson-databind.jar", "libjackson2-databind-java"),
+    ] {
+        if !Path::new("/usr/share/java").join(jar).exists() {
+            missing.push(package);
+        }
+    }
+    missing
+}
+
+/// Skip (or, where required, fail) when the Java SDK cannot be built or has not been.
+fn java_ready(what: &str, built: bool) -> bool {
+    let mut missing = java_missing();
+    let jar = "examples/java/target/settled-example-worker.jar";
+    if built && missing.is_empty() && !project().join(jar).exists() {
+        missing.push(jar);
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let reasons = missing.join(", ");
+    assert!(
+        !required(),
+        "the {what} cannot run: missing {reasons}. Set it up with: {JAVA_SETUP}"
+    );
+    println!("SKIPPED: {what}: missing {reasons}. Set it up with: {JAVA_SETUP}");
+    false
+}
+
 fn scenarios(lang: &str, backend: &str) {
     let _turn = one_at_a_time();
     if !ready(&format!("{lang} SDK scenarios on {backend}")) {
+        return;
+    }
+    if lang == "java" && !java_ready(&format!("java SDK scenarios on {backend}"), true) {
         return;
     }
     let mut command = Command::new(python());
@@ -120,82 +183,93 @@ fn the_typescript_sdk_keeps_the_worker_rules_on_postgres() {
     scenarios("node", "postgres");
 }
 
+#[test]
+fn the_java_sdk_keeps_the_worker_rules_on_sqlite() {
+    scenarios("java", "sqlite");
+}
+
+#[test]
+fn the_java_sdk_keeps_the_worker_rules_on_postgres() {
+    scenarios("java", "postgres");
+}
+
+/// The Java SDK builds offline from Debian's packages and passes its unit tests, among them the
+/// comparison of its records and enums with `openapi.yaml`'s schemas (`clients/java/build.sh`,
+/// which also builds the example worker's jar the scenarios run).
+#[test]
+fn the_java_sdk_builds_and_its_types_follow_the_spec() {
+    let _turn = one_at_a_time();
+    if !java_ready("Java SDK build, unit and drift tests", false) {
+        return;
+    }
+    assert!(
+        run(
+            "clients/java/build.sh",
+            Command::new("bash")
+                .arg(project().join("clients/java/build.sh"))
+                .current_dir(project())
+        ),
+        "the Java SDK does not build, or its unit tests fail (a type no longer follows openapi.yaml?): \
+         its output is above"
+    );
+}
+
+/// Run `tests/sdk/{script}.py` (Python) or `tests/sdk/{script}.mjs` (TypeScript) against the
+/// built binary; `failure` says what its failing means.
+fn sdk_script(lang: &str, script: &str, failure: &str) {
+    let _turn = one_at_a_time();
+    if !ready(&format!("{lang} SDK {script} test")) {
+        return;
+    }
+    let mut command = match lang {
+        "python" => {
+            let mut c = Command::new(python());
+            c.arg(project().join(format!("tests/sdk/{script}.py")));
+            c
+        }
+        _ => {
+            let mut c = Command::new("node");
+            c.arg(project().join(format!("tests/sdk/{script}.mjs")));
+            c
+        }
+    };
+    command
+        .env("SETTLED_BIN", env!("CARGO_BIN_EXE_settled"))
+        .current_dir(project());
+    assert!(
+        run(&format!("{lang} SDK {script}"), &mut command),
+        "the {lang} SDK {failure} (its output is above)"
+    );
+}
+
 /// What must never strand a receipt (tests/sdk/robustness.py, tests/sdk/robustness.mjs): hooks
 /// that raise or return nothing, codes and transcripts the server refuses, answers that are not
 /// JSON, 500s, an abort with a claim in flight, Ctrl-C on an idle worker. SQLite only: what is
 /// tested is the SDK's side, the same whatever the backend.
-fn robustness(lang: &str) {
-    let _turn = one_at_a_time();
-    if !ready(&format!("{lang} SDK robustness tests")) {
-        return;
-    }
-    let mut command = match lang {
-        "python" => {
-            let mut c = Command::new(python());
-            c.arg(project().join("tests/sdk/robustness.py"));
-            c
-        }
-        _ => {
-            let mut c = Command::new("node");
-            c.arg(project().join("tests/sdk/robustness.mjs"));
-            c
-        }
-    };
-    command
-        .env("SETTLED_BIN", env!("CARGO_BIN_EXE_settled"))
-        .current_dir(project());
-    assert!(
-        run(&format!("{lang} SDK robustness"), &mut command),
-        "the {lang} SDK strands a receipt or dies on a fault (its output is above)"
-    );
-}
+const STRANDS: &str = "strands a receipt or dies on a fault";
 
 #[test]
 fn the_python_sdk_never_strands_a_receipt() {
-    robustness("python");
+    sdk_script("python", "robustness", STRANDS);
 }
 
 #[test]
 fn the_typescript_sdk_never_strands_a_receipt() {
-    robustness("node");
+    sdk_script("node", "robustness", STRANDS);
 }
 
 /// The SDKs run each handler inside a span that continues the producer's
 /// trace (tests/sdk/traces.py, tests/sdk/traces.mjs).
-fn traces(lang: &str) {
-    let _turn = one_at_a_time();
-    if !ready(&format!("{lang} SDK trace test")) {
-        return;
-    }
-    let mut command = match lang {
-        "python" => {
-            let mut c = Command::new(python());
-            c.arg(project().join("tests/sdk/traces.py"));
-            c
-        }
-        _ => {
-            let mut c = Command::new("node");
-            c.arg(project().join("tests/sdk/traces.mjs"));
-            c
-        }
-    };
-    command
-        .env("SETTLED_BIN", env!("CARGO_BIN_EXE_settled"))
-        .current_dir(project());
-    assert!(
-        run(&format!("{lang} SDK traces"), &mut command),
-        "the {lang} SDK does not continue the producer's trace (its output is above)"
-    );
-}
+const NO_TRACE: &str = "does not continue the producer's trace";
 
 #[test]
 fn the_python_sdk_continues_the_producers_trace() {
-    traces("python");
+    sdk_script("python", "traces", NO_TRACE);
 }
 
 #[test]
 fn the_typescript_sdk_continues_the_producers_trace() {
-    traces("node");
+    sdk_script("node", "traces", NO_TRACE);
 }
 
 fn read(path: &Path) -> String {

@@ -8,7 +8,8 @@ with SETTLED_TEST_POSTGRES_URL set for --backend postgres, and SETTLED_TEST_HA_U
 `tests/ha/cluster.sh up` prints — for the failover scenario).
 
 The workers are the example workers (examples/python/worker.py on the Python
-SDK, examples/node/worker.mjs on the TypeScript SDK) started as processes;
+SDK, examples/node/worker.mjs on the TypeScript SDK, examples/java's jar on the
+Java SDK) started as processes;
 their handler is the simulated rail, its duration set by the flags. Each
 scenario has a server (and a database) of its own. Extension and outcome
 requests are counted by a proxy between a worker and the server where a
@@ -316,11 +317,12 @@ class Proxy:
 
 class WorkerProcess:
     def __init__(self, lang: str, url: str, name: str, tmp: Path, *flags: str, token: str = WORKER_TOKEN):
-        program = (
-            [sys.executable, str(ROOT / "examples/python/worker.py")]
-            if lang == "python"
-            else ["node", str(ROOT / "examples/node/worker.mjs")]
-        )
+        program = {
+            "python": [sys.executable, str(ROOT / "examples/python/worker.py")],
+            "node": ["node", str(ROOT / "examples/node/worker.mjs")],
+            # Built by clients/java/build.sh.
+            "java": ["java", "-XX:+UseSerialGC", "-jar", str(ROOT / "examples/java/target/settled-example-worker.jar")],
+        }[lang]
         self.name = name
         self.stdout_path = tmp / f"{name}.out"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SETTLED_", "RAIL_"))}
@@ -624,7 +626,7 @@ def cluster(*args: str) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--lang", choices=["python", "node"], required=True)
+    p.add_argument("--lang", choices=["python", "node", "java"], required=True)
     p.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
     p.add_argument("--only", action="append")
     args = p.parse_args()
