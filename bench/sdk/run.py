@@ -4,6 +4,9 @@
     bash clients/ci-setup.sh run, then:
     clients/python/.venv/bin/python bench/sdk/run.py [--backend sqlite|postgres]
         [--receipts 50000] [--rounds 3] [--concurrency 8] [--processes 1]
+        [--langs python,node,java] [--no-bench]
+    (SETTLED_RELEASE_DIR: where the release binaries are, if not target/release; Java needs
+    bash clients/java/build.sh first.)
 
 Each round, in alternating order, on a fresh database each: settled-bench --spawn with its
 HTTP workers (8 workers, claim batch 1 and claim batch 8, outcome mix all accepted), and the
@@ -31,7 +34,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASE = ROOT / "target" / "release"
+RELEASE = Path(os.environ.get("SETTLED_RELEASE_DIR", ROOT / "target" / "release"))
 
 
 def bench_http(backend: str, receipts: int, batch: int, pg: str) -> float:
@@ -73,11 +76,10 @@ def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int
             body = {"receipts": [{"receipt_id": f"b-{i}", "finalized_at": 1, "observation": {"amount_cents": 1}}
                                  for i in range(start, min(receipts, start + 1024))]}
             assert http.post("/v1/receipts/batch", json=body).status_code == 200
-        program = ([sys.executable, str(ROOT / "bench/sdk/noop_worker.py")] if lang == "python"
-                   else ["node", str(ROOT / "bench/sdk/noop_worker.mjs")])
         started = time.monotonic()
-        workers = [subprocess.Popen([*program, base, f"{lang}-{i}", str(concurrency), "0"],
-                                    stdout=subprocess.DEVNULL) for i in range(processes)]
+        workers = [subprocess.Popen(worker_command(lang, base, f"{lang}-{i}", concurrency),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for i in range(processes)]
         while http.get("/v1/status").json()["counts"]["settled"] < receipts:
             time.sleep(0.02)
         took = time.monotonic() - started
@@ -91,6 +93,19 @@ def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int
         return receipts / took
 
 
+def worker_command(lang: str, base: str, worker_id: str, concurrency: int) -> list[str]:
+    """A no-op worker of `lang`. Java runs its example worker (bash clients/java/build.sh) with a
+    rail that never fails or waits: the same SDK loop, claiming for its free slots."""
+    if lang == "python":
+        return [sys.executable, str(ROOT / "bench/sdk/noop_worker.py"), base, worker_id, str(concurrency), "0"]
+    if lang == "node":
+        return ["node", str(ROOT / "bench/sdk/noop_worker.mjs"), base, worker_id, str(concurrency), "0"]
+    return ["java", "-XX:+UseSerialGC", "-jar", str(ROOT / "examples/java/target/settled-example-worker.jar"),
+            "--url", base, "--worker-id", worker_id, "--concurrency", str(concurrency),
+            "--batch-size", str(min(concurrency, 1024)), "--wait-ms", "200", "--exit-when-idle", "3",
+            "--timeout-rate", "0", "--decline-rate", "0", "--latency-ms", "0"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
@@ -98,16 +113,20 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--langs", default="python,node,java", help="SDKs to run, of python, node, java")
+    p.add_argument("--no-bench", action="store_true", help="skip settled-bench's own HTTP workers")
     p.add_argument("--postgres-url", default=os.environ.get(
         "SETTLED_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     a = p.parse_args()
-    runs = {
+    runs = {} if a.no_bench else {
         "settled-bench 8 workers x batch 1": lambda: bench_http(a.backend, a.receipts, 1, a.postgres_url),
         "settled-bench 8 workers x batch 8": lambda: bench_http(a.backend, a.receipts, 8, a.postgres_url),
     }
+    labels = {"python": "python", "node": "typescript", "java": "java"}
     # The SDK at the bench's two shapes: as many receipts in flight as 8 x 1, and as 8 x 8.
     for concurrency in (a.concurrency, 8 * a.concurrency):
-        for lang, label in (("python", "python"), ("node", "typescript")):
+        for lang in a.langs.split(","):
+            label = labels[lang]
             runs[f"{label} SDK {a.processes} x concurrency {concurrency}"] = (
                 lambda lang=lang, c=concurrency: sdk(lang, a.backend, a.receipts, c, a.processes, a.postgres_url)
             )

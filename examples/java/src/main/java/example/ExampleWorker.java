@@ -157,7 +157,9 @@ public final class ExampleWorker {
             }
             if (amount.asLong() == 0) throw new Skip(SkipReason.ZERO_CHARGE);
             boolean slow = rng.nextDouble() < slowRate;
-            Thread.sleep(slow ? slowMs : (long) (rng.nextDouble() * latencyMs));
+            long ms = slow ? slowMs : (long) (rng.nextDouble() * latencyMs);
+            if (ms > 0) Thread.sleep(ms);
+            else if (Thread.interrupted()) throw new InterruptedException("cancelled");
             double roll = rng.nextDouble();
             if (roll < timeoutRate) throw new Retryable(FailureCode.RPC, "rail timed out");
             if (roll < timeoutRate + declineRate) {

@@ -5,19 +5,26 @@ import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.EOFException;
 import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.net.URI;
 import java.net.URLEncoder;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import javax.net.ssl.SSLSocketFactory;
 
 /**
  * A client of settled's HTTP API: one method per operation.
@@ -39,17 +46,41 @@ public final class Client {
     private final String token;
     private final long timeoutMs;
     private final int retries;
-    private final HttpClient http;
+    /** Idle kept-alive connections kept at most. */
+    static final int MAX_IDLE = 64;
+
+    private final long connectTimeoutMs;
+    // Requests go over plain sockets, HTTP/1.1 kept alive, on the calling thread: no selector
+    // thread and no executor hand-offs per request (java.net.http's cost on a busy machine).
+    private final String host;
+    private final int port;
+    private final boolean tls;
+    private final String hostHeader;
+    private final String basePath;
+    private final ArrayDeque<Conn> idle = new ArrayDeque<>();
+    private final ExecutorService async = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "settled-client");
+        t.setDaemon(true);
+        return t;
+    });
 
     private Client(Builder b) {
         this.baseUrl = b.baseUrl.replaceAll("/+$", "");
         this.token = b.token == null || b.token.isEmpty() ? null : b.token;
         this.timeoutMs = b.timeoutMs;
         this.retries = b.retries;
-        this.http = HttpClient.newBuilder()
-                .version(HttpClient.Version.HTTP_1_1)
-                .connectTimeout(Duration.ofMillis(b.connectTimeoutMs))
-                .build();
+        this.connectTimeoutMs = b.connectTimeoutMs;
+        URI uri = URI.create(baseUrl);
+        String scheme = uri.getScheme() == null ? "" : uri.getScheme().toLowerCase(java.util.Locale.ROOT);
+        if (!scheme.equals("http") && !scheme.equals("https")) throw new IllegalArgumentException("not an http(s) URL: " + baseUrl);
+        if (uri.getHost() == null) throw new IllegalArgumentException("no host in " + baseUrl);
+        this.tls = scheme.equals("https");
+        String h = uri.getHost();
+        this.host = h.startsWith("[") && h.endsWith("]") ? h.substring(1, h.length() - 1) : h;
+        this.port = uri.getPort() >= 0 ? uri.getPort() : tls ? 443 : 80;
+        this.hostHeader = uri.getPort() >= 0 ? h + ":" + uri.getPort() : h;
+        String path = uri.getRawPath() == null ? "" : uri.getRawPath();
+        this.basePath = path.replaceAll("/+$", "");
     }
 
     public static Builder builder(String baseUrl) {
@@ -103,31 +134,31 @@ public final class Client {
             this.extraMs = extraMs;
         }
 
-        HttpRequest request() {
-            HttpRequest.Builder r = HttpRequest.newBuilder(URI.create(baseUrl + path))
-                    .timeout(Duration.ofMillis(timeoutMs + extraMs))
-                    .header("accept", "application/json");
-            if (token != null) r.header("authorization", "Bearer " + token);
-            if (method.equals("GET")) {
-                r.GET();
-            } else {
-                byte[] bytes;
+        /** The request's head and body, as sent. */
+        byte[][] encodeRequest() {
+            byte[] bytes = null;
+            if (!method.equals("GET")) {
                 try {
                     bytes = JSON.writeValueAsBytes(body == null ? JSON.createObjectNode() : body);
                 } catch (JsonProcessingException e) {
                     throw new IllegalArgumentException("cannot serialize the body of " + method + " " + path, e);
                 }
-                r.header("content-type", "application/json");
-                r.method(method, HttpRequest.BodyPublishers.ofByteArray(bytes));
             }
-            return r.build();
+            StringBuilder h = new StringBuilder(256);
+            h.append(method).append(' ').append(basePath).append(path).append(" HTTP/1.1\r\n")
+                    .append("host: ").append(hostHeader).append("\r\n")
+                    .append("accept: application/json\r\n");
+            if (token != null) h.append("authorization: Bearer ").append(token).append("\r\n");
+            if (bytes != null) h.append("content-type: application/json\r\ncontent-length: ").append(bytes.length).append("\r\n");
+            h.append("\r\n");
+            return new byte[][] {h.toString().getBytes(StandardCharsets.UTF_8), bytes};
         }
 
         /** The parsed answer of one try (null for an empty body). */
-        JsonNode parse(HttpResponse<byte[]> answer) {
-            byte[] text = answer.body();
-            int status = answer.statusCode();
-            if (status >= 400) throw problem(status, text, answer.headers().firstValue("retry-after").orElse(null));
+        JsonNode parse(Answer answer) {
+            byte[] text = answer.body;
+            int status = answer.status;
+            if (status >= 400) throw problem(status, text, answer.retryAfter);
             if (text == null || text.length == 0) return null;
             try {
                 return JSON.readTree(text);
@@ -139,23 +170,240 @@ public final class Client {
             }
         }
 
-        /** Start one try; the future fails with this SDK's exceptions. */
+        /**
+         * Start one try on a thread of its own; the future fails with this SDK's exceptions.
+         * Cancelling it closes the request's connection (which ends a long poll on the server).
+         */
         CompletableFuture<JsonNode> start() {
-            CompletableFuture<HttpResponse<byte[]>> raw = http.sendAsync(request(), HttpResponse.BodyHandlers.ofByteArray());
-            CompletableFuture<JsonNode> parsed = raw.handle((answer, e) -> {
-                if (e != null) throw connectionFailed(this, e);
-                return parse(answer);
+            CompletableFuture<JsonNode> future = new CompletableFuture<>();
+            Cancel cancel = new Cancel();
+            future.whenComplete((value, e) -> {
+                if (future.isCancelled()) cancel.cancel();
             });
-            // Cancelling a dependent future does not reach the one it depends on: pass it on, so
-            // that the request itself is cancelled (its connection closed).
-            return cancelsToo(parsed, raw);
+            try {
+                async.execute(() -> {
+                    if (future.isDone()) return;
+                    try {
+                        future.complete(parse(exchange(this, cancel)));
+                    } catch (IOException e) {
+                        future.completeExceptionally(new ConnectionFailedException(method + " " + path + ": " + e, e));
+                    } catch (Throwable e) {
+                        future.completeExceptionally(e);
+                    }
+                });
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                future.completeExceptionally(new ConnectionFailedException(method + " " + path + ": " + e, e));
+            }
+            return future;
         }
     }
 
-    static SettledException connectionFailed(Call call, Throwable e) {
-        Throwable cause = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
-        if (cause instanceof SettledException s) return s;
-        return new ConnectionFailedException(call.method + " " + call.path + ": " + cause, cause);
+    /** A status, its Retry-After and its body. */
+    record Answer(int status, String retryAfter, byte[] body) {}
+
+    /** Closes the connection of a request started with {@link Call#start}, once cancelled. */
+    static final class Cancel {
+        private Socket socket;
+        private boolean cancelled;
+
+        synchronized void cancel() {
+            cancelled = true;
+            if (socket != null) closeQuietly(socket);
+        }
+
+        /** The request now uses this socket; false when cancelled already. */
+        synchronized boolean using(Socket s) {
+            if (cancelled) return false;
+            socket = s;
+            return true;
+        }
+
+        /** The request is over: true when its connection may be used again. */
+        synchronized boolean release() {
+            socket = null;
+            return !cancelled;
+        }
+    }
+
+    /** A kept-alive HTTP/1.1 connection. */
+    static final class Conn {
+        final Socket socket;
+        final BufferedInputStream in;
+        final OutputStream out;
+
+        Conn(Socket socket) throws IOException {
+            this.socket = socket;
+            this.in = new BufferedInputStream(socket.getInputStream(), 16 * 1024);
+            this.out = new BufferedOutputStream(socket.getOutputStream(), 16 * 1024);
+        }
+    }
+
+    static void closeQuietly(Socket s) {
+        try {
+            s.close();
+        } catch (IOException ignored) {
+            // Closing anyway.
+        }
+    }
+
+    private Conn connect() throws IOException {
+        Socket s = tls ? SSLSocketFactory.getDefault().createSocket() : new Socket();
+        try {
+            s.setTcpNoDelay(true);
+            s.connect(new InetSocketAddress(host, port), (int) Math.min(Integer.MAX_VALUE, Math.max(1, connectTimeoutMs)));
+            return new Conn(s);
+        } catch (IOException | RuntimeException e) {
+            closeQuietly(s);
+            throw e;
+        }
+    }
+
+    private Conn idleConn() {
+        synchronized (idle) {
+            return idle.pollLast();
+        }
+    }
+
+    private void keep(Conn c) {
+        synchronized (idle) {
+            if (idle.size() < MAX_IDLE) {
+                idle.addLast(c);
+                return;
+            }
+        }
+        closeQuietly(c.socket);
+    }
+
+    /**
+     * One request and its answer, on a kept-alive connection (HTTP/1.1, no thread of its own).
+     * A kept connection the server closed meanwhile (nothing of an answer read) is replaced by a
+     * new one once; the request had not reached the server.
+     */
+    Answer exchange(Call call, Cancel cancel) throws IOException {
+        byte[][] request = call.encodeRequest();
+        int timeout = (int) Math.max(1, Math.min(Integer.MAX_VALUE, timeoutMs + call.extraMs));
+        for (int attempt = 0; ; attempt++) {
+            Conn c = attempt == 0 ? idleConn() : null;
+            boolean reused = c != null;
+            if (c == null) c = connect();
+            if (cancel != null && !cancel.using(c.socket)) {
+                closeQuietly(c.socket);
+                throw new java.io.InterruptedIOException("cancelled");
+            }
+            boolean[] started = {false};
+            try {
+                c.socket.setSoTimeout(timeout);
+                c.out.write(request[0]);
+                if (request[1] != null) c.out.write(request[1]);
+                c.out.flush();
+                boolean[] keepAlive = {true};
+                Answer a = readAnswer(c.in, started, keepAlive);
+                boolean ok = cancel == null || cancel.release();
+                if (keepAlive[0] && ok) keep(c);
+                else closeQuietly(c.socket);
+                return a;
+            } catch (IOException | RuntimeException e) {
+                closeQuietly(c.socket);
+                boolean cancelled = cancel != null && !cancel.release();
+                if (reused && !started[0] && !cancelled && !(e instanceof java.net.SocketTimeoutException)) continue;
+                throw e;
+            }
+        }
+    }
+
+    private static String line(InputStream in, boolean[] started) throws IOException {
+        StringBuilder s = new StringBuilder(64);
+        while (true) {
+            int b = in.read();
+            if (b < 0) {
+                if (s.length() == 0 && !started[0]) throw new EOFException("connection closed before an answer");
+                throw new EOFException("connection closed in an answer");
+            }
+            started[0] = true;
+            if (b == '\n') break;
+            if (s.length() > 64 * 1024) throw new IOException("an answer's header line is too long");
+            s.append((char) b);
+        }
+        int n = s.length();
+        if (n > 0 && s.charAt(n - 1) == '\r') s.setLength(n - 1);
+        return s.toString();
+    }
+
+    private static byte[] readN(InputStream in, long n) throws IOException {
+        if (n > Integer.MAX_VALUE - 16) throw new IOException("an answer too large: " + n + " bytes");
+        byte[] b = in.readNBytes((int) n);
+        if (b.length < n) throw new EOFException("connection closed in an answer's body");
+        return b;
+    }
+
+    static Answer readAnswer(InputStream in, boolean[] started, boolean[] keepAlive) throws IOException {
+        while (true) {
+            String status = line(in, started);
+            if (!status.startsWith("HTTP/1.") || status.length() < 12) throw new IOException("not an HTTP answer: " + status);
+            boolean http10 = status.startsWith("HTTP/1.0");
+            int code;
+            try {
+                code = Integer.parseInt(status.substring(9, 12));
+            } catch (NumberFormatException e) {
+                throw new IOException("not an HTTP answer: " + status);
+            }
+            long length = -1;
+            boolean chunked = false;
+            String retryAfter = null;
+            String connection = null;
+            while (true) {
+                String h = line(in, started);
+                if (h.isEmpty()) break;
+                int colon = h.indexOf(':');
+                if (colon <= 0) continue;
+                String name = h.substring(0, colon).trim().toLowerCase(java.util.Locale.ROOT);
+                String value = h.substring(colon + 1).trim();
+                switch (name) {
+                    case "content-length" -> {
+                        try {
+                            length = Long.parseLong(value);
+                        } catch (NumberFormatException e) {
+                            throw new IOException("a bad content-length: " + value);
+                        }
+                    }
+                    case "transfer-encoding" -> chunked = value.toLowerCase(java.util.Locale.ROOT).contains("chunked");
+                    case "retry-after" -> { if (retryAfter == null) retryAfter = value; }
+                    case "connection" -> connection = value.toLowerCase(java.util.Locale.ROOT);
+                    default -> { }
+                }
+            }
+            if (code >= 100 && code < 200) continue; // 100 Continue and the like: the answer follows
+            keepAlive[0] = connection != null ? !connection.contains("close") : !http10;
+            byte[] body;
+            if (code == 204 || code == 304) {
+                body = new byte[0];
+            } else if (chunked) {
+                java.io.ByteArrayOutputStream all = new java.io.ByteArrayOutputStream();
+                while (true) {
+                    String size = line(in, started);
+                    int semi = size.indexOf(';');
+                    long n;
+                    try {
+                        n = Long.parseLong((semi >= 0 ? size.substring(0, semi) : size).trim(), 16);
+                    } catch (NumberFormatException e) {
+                        throw new IOException("a bad chunk size: " + size);
+                    }
+                    if (n == 0) {
+                        while (!line(in, started).isEmpty()) { } // trailers
+                        break;
+                    }
+                    all.write(readN(in, n));
+                    line(in, started);
+                }
+                body = all.toByteArray();
+            } else if (length >= 0) {
+                body = readN(in, length);
+            } else {
+                body = in.readAllBytes();
+                keepAlive[0] = false;
+            }
+            return new Answer(code, retryAfter, body);
+        }
     }
 
     JsonNode send(Call call) {
@@ -184,14 +432,11 @@ public final class Client {
     }
 
     private JsonNode once(Call call) {
-        HttpResponse<byte[]> answer;
+        Answer answer;
         try {
-            answer = http.send(call.request(), HttpResponse.BodyHandlers.ofByteArray());
+            answer = exchange(call, null);
         } catch (IOException e) {
             throw new ConnectionFailedException(call.method + " " + call.path + ": " + e, e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new ConnectionFailedException(call.method + " " + call.path + ": interrupted", e);
         }
         return call.parse(answer);
     }
