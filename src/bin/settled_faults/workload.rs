@@ -455,7 +455,12 @@ impl Workload {
         let counts = body["counts"].as_object()?;
         let get = |k: &str| counts.get(k).and_then(Value::as_u64).unwrap_or(0);
         let active = get("pending") + get("leased") + get("retry_scheduled");
-        let total = counts.values().filter_map(Value::as_u64).sum();
+        // `scheduled` and `held` are counted in their states too, so not added again.
+        let total = counts
+            .iter()
+            .filter(|(state, _)| !matches!(state.as_str(), "scheduled" | "held"))
+            .filter_map(|(_, n)| n.as_u64())
+            .sum();
         Some((active, total))
     }
 

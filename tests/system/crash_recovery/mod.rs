@@ -194,7 +194,7 @@ async fn crash_and_recover(url: String, dir: &Path) {
     assert!(total > 0, "the producer got nothing acknowledged");
     assert_eq!(
         counts,
-        json!({"pending": 0, "scheduled": 0, "leased": 0, "retry_scheduled": 0, "settled": total,
+        json!({"pending": 0, "scheduled": 0, "held": 0, "leased": 0, "retry_scheduled": 0, "settled": total,
                "skipped": 0, "dead_lettered": 0, "canceled": 0}),
         "every acknowledged receipt settled, and nothing else exists"
     );

@@ -150,7 +150,7 @@ async fn three_replicas_settle_every_receipt_once_under_racing_workers() {
         let counts = &view["counts"];
         assert_eq!(
             counts,
-            &json!({"pending": 0, "scheduled": 0, "leased": 0, "retry_scheduled": 0, "skipped": 0,
+            &json!({"pending": 0, "scheduled": 0, "held": 0, "leased": 0, "retry_scheduled": 0, "skipped": 0,
                 "settled": expected_settled,
                 "dead_lettered": RECEIPTS as u64 - expected_settled, "canceled": 0}),
             "status on {base}"
