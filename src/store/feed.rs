@@ -158,6 +158,34 @@ pub(crate) trait FeedSource {
     ) -> StoreResult<Vec<FeedRow>>;
 }
 
+/// The newest `limit` entries up to `upto` (`None`: the tip) and it, oldest first; the page's
+/// `next` is `upto`, so that reading on after it leaves no gap.
+async fn read_back(
+    source: &mut impl FeedSource,
+    horizon: FeedPosition,
+    upto: Option<FeedPosition>,
+    limit: usize,
+) -> StoreResult<FeedRead> {
+    let tip = source.tip().await?.max(horizon);
+    let upto = upto.unwrap_or(tip);
+    if upto > tip {
+        return Ok(FeedRead::Ahead { tip });
+    }
+    if upto < horizon {
+        return Ok(FeedRead::Expired { horizon });
+    }
+    let mut rows = source.rows_back(horizon, upto, limit).await?;
+    rows.reverse();
+    let entries = rows
+        .into_iter()
+        .map(FeedRow::entry)
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(FeedRead::Page {
+        entries,
+        next: upto,
+    })
+}
+
 /// One feed read, the same on every backend.
 pub(crate) async fn read(
     source: &mut impl FeedSource,
@@ -165,29 +193,6 @@ pub(crate) async fn read(
     limit: usize,
 ) -> StoreResult<FeedRead> {
     let horizon = source.horizon().await?;
-    if let FeedStart::UpTo(_) | FeedStart::UpToLatest = start {
-        let tip = source.tip().await?.max(horizon);
-        let upto = match start {
-            FeedStart::UpTo(position) => position,
-            _ => tip,
-        };
-        if upto > tip {
-            return Ok(FeedRead::Ahead { tip });
-        }
-        if upto < horizon {
-            return Ok(FeedRead::Expired { horizon });
-        }
-        let mut rows = source.rows_back(horizon, upto, limit).await?;
-        rows.reverse();
-        let entries = rows
-            .into_iter()
-            .map(FeedRow::entry)
-            .collect::<StoreResult<Vec<_>>>()?;
-        return Ok(FeedRead::Page {
-            entries,
-            next: upto,
-        });
-    }
     let after = match start {
         FeedStart::Beginning => horizon,
         FeedStart::After(position) if position < horizon => {
@@ -195,7 +200,10 @@ pub(crate) async fn read(
         }
         FeedStart::After(position) => position,
         FeedStart::Latest => source.tip().await?.max(horizon),
-        FeedStart::UpTo(_) | FeedStart::UpToLatest => unreachable!("read back above"),
+        FeedStart::UpTo(position) => {
+            return read_back(source, horizon, Some(position), limit).await;
+        }
+        FeedStart::UpToLatest => return read_back(source, horizon, None, limit).await,
     };
     let rows = source.rows(after, limit).await?;
     let Some(last) = rows.last() else {
