@@ -204,6 +204,40 @@ pub enum BackendFault {
     WriterLost,
 }
 
+/// The driver's own error behind a backend failure, kept as its `source()`
+/// for logs and debugging. Errors compare by their text: the driver's types
+/// are not comparable, and a failure is told apart by `detail` and `fault`.
+#[derive(Debug, Clone)]
+pub struct Cause(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
+
+impl Cause {
+    /// The driver's error itself.
+    #[must_use]
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.0.as_ref()
+    }
+}
+
 /// Failure returned by the durable settlement store.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum StoreError {
@@ -212,6 +246,9 @@ pub enum StoreError {
         detail: String,
         /// What kind of failure, where it tells the store where to look.
         fault: BackendFault,
+        /// The driver's error, when the failure came from one.
+        #[source]
+        cause: Option<Cause>,
     },
     #[error("settlement routing conflict: {detail}")]
     Conflict { kind: ConflictKind, detail: String },
@@ -267,6 +304,19 @@ impl StoreError {
         Self::Backend {
             detail: detail.into(),
             fault,
+            cause: None,
+        }
+    }
+
+    /// A database failure the driver reported as `cause` (its text is the detail).
+    pub fn backend_caused(
+        fault: BackendFault,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Backend {
+            detail: cause.to_string(),
+            fault,
+            cause: Some(Cause(std::sync::Arc::new(cause))),
         }
     }
 }
