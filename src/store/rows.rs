@@ -206,28 +206,32 @@ impl ReceiptRow {
         })
     }
 
+    /// The last failure recorded, once there was one.
+    fn last_failure(&self) -> StoreResult<Option<FailureView>> {
+        let (Some(c), Some(sha)) = (&self.failure_code, &self.failure_sha256) else {
+            return Ok(None);
+        };
+        Ok(Some(FailureView {
+            code: code(c)?,
+            detail_sha256: sha.clone(),
+            rail_code: self.failure_rail_code.clone(),
+        }))
+    }
+
     pub fn dead_letter(&self) -> StoreResult<Option<DeadLetter>> {
         if self.status != Status::DeadLettered {
             return Ok(None);
         }
-        let (Some(c), Some(sha), Some(at)) = (
-            &self.failure_code,
-            &self.failure_sha256,
-            self.finished_at_ms,
-        ) else {
+        let (Some(failure), Some(at)) = (self.last_failure()?, self.finished_at_ms) else {
             return Err(corrupt("dead letter"));
         };
         Ok(Some(DeadLetter {
             receipt_id: self.receipt_id.clone(),
             finalized_at: to_u64(self.finalized_at, "finalized_at")?,
             attempts: to_u32(self.attempts, "attempts")?,
-            code: code(c)?,
-            detail_sha256: sha.clone(),
-            last_failure: FailureView {
-                code: code(c)?,
-                detail_sha256: sha.clone(),
-                rail_code: self.failure_rail_code.clone(),
-            },
+            code: failure.code,
+            detail_sha256: failure.detail_sha256.clone(),
+            last_failure: failure,
             dead_lettered_at_ms: to_u64(at, "dead_lettered_at_ms")?,
             group: self.receipt_group.clone(),
         }))
@@ -243,14 +247,7 @@ impl ReceiptRow {
             }),
             _ => None,
         };
-        let last_failure = match (&self.failure_code, &self.failure_sha256) {
-            (Some(c), Some(sha)) => Some(FailureView {
-                code: code(c)?,
-                detail_sha256: sha.clone(),
-                rail_code: self.failure_rail_code.clone(),
-            }),
-            _ => None,
-        };
+        let last_failure = self.last_failure()?;
         Ok(ReceiptView {
             receipt_id: self.receipt_id.clone(),
             group: self.receipt_group.clone(),
