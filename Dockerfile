@@ -7,15 +7,23 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
+# The tools are workspace members: their manifests (with empty sources) let Cargo read the
+# workspace; only the settled package is built.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src/bin && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && echo 'fn main() {}' > src/bin/settled-bench.rs \
-    && cargo build --release --locked --bin settled && rm -rf src
+COPY tools/settled-bench/Cargo.toml tools/settled-bench/
+COPY tools/settled-faults/Cargo.toml tools/settled-faults/
+COPY tools/test-support/Cargo.toml tools/test-support/
+RUN mkdir -p src tools/settled-bench/src tools/settled-faults/src tools/test-support/src \
+    && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && echo 'fn main() {}' > tools/settled-bench/src/main.rs \
+    && echo 'fn main() {}' > tools/settled-faults/src/main.rs \
+    && touch tools/test-support/src/lib.rs \
+    && cargo build --release --locked -p settled --bin settled && rm -rf src
 COPY src ./src
 COPY migrations ./migrations
 COPY assets ./assets
 COPY openapi.yaml ./
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin settled
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked -p settled --bin settled
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \

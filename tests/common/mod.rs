@@ -141,20 +141,16 @@ pub async fn fresh_postgres_url() -> Option<String> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("rng");
     let name = format!("settled_test_{}_{}", unix_secs(), hex::encode(bytes));
-    let mut admin = sqlx::PgConnection::connect(&base)
-        .await
-        .expect("connect to test postgres");
     if !SWEPT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let mut admin = sqlx::PgConnection::connect(&base)
+            .await
+            .expect("connect to test postgres");
         drop_stale_test_databases(&mut admin).await;
     }
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
+    let url = settled_test_support::postgres::create_database(&base, &name)
         .await
         .expect("create test database");
-    let (prefix, _) = base
-        .rsplit_once('/')
-        .expect("postgres URL with a database name");
-    Some(format!("{prefix}/{name}"))
+    Some(url)
 }
 
 /// Whether this test process has dropped the stale test databases yet.

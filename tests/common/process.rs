@@ -10,11 +10,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::Value;
+use settled_test_support::process;
 
 /// How long a process may take to say where it listens.
 const START_BOUND: Duration = Duration::from_secs(30);
@@ -52,8 +51,7 @@ impl Launch {
             .env_remove("SETTLED_DATABASE_URL")
             .env_remove("SETTLED_LISTEN")
             .env_remove("SETTLED_TOKENS")
-            // Only the listening line and warnings: per-request lines cost CPU.
-            .env("RUST_LOG", "warn,settled::server=info");
+            .env("RUST_LOG", process::QUIET_LOG);
         Launch {
             command,
             listen: "127.0.0.1:0".to_owned(),
@@ -110,42 +108,24 @@ impl Launch {
 
     /// Spawn the process; [`Starting::ready`] waits until it listens.
     pub fn spawn(mut self) -> Starting {
-        let mut child = self
-            .command
-            .args(["--listen", &self.listen, "--log-format", "json"])
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn settled");
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stdout = child.stdout.take().expect("stdout");
         let kept = logs.clone();
         let (keep, echo) = (self.keep, self.echo);
-        // Drain the logs for the life of the process (a full pipe would block it).
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let address = serde_json::from_str::<Value>(&line)
-                    .ok()
-                    .and_then(|entry| entry["fields"]["address"].as_str().map(str::to_owned));
-                if echo && address.is_none() {
-                    eprintln!("settled: {line}");
-                } else if !echo {
-                    // Kept before the address is told, so that the lines up
-                    // to the listening one are all there once it listens.
-                    let mut kept = kept.lock().unwrap();
-                    if kept.len() < keep {
-                        kept.push(line);
-                    }
-                }
-                if let Some(address) = address {
-                    let _ = tx.send(address);
+        self.command.args(&self.args).stderr(Stdio::piped());
+        let mut spawned = process::spawn(self.command, &self.listen, move |line| {
+            if echo && process::address_in(line).is_none() {
+                eprintln!("settled: {line}");
+            } else if !echo {
+                // Kept before the address is told, so that the lines up to
+                // the listening one are all there once it listens.
+                let mut kept = kept.lock().unwrap();
+                if kept.len() < keep {
+                    kept.push(line.to_owned());
                 }
             }
-        });
-        let stderr = child.stderr.take().expect("stderr");
+        })
+        .expect("spawn settled");
+        let stderr = spawned.child.stderr.take().expect("stderr");
         let kept = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -157,8 +137,7 @@ impl Launch {
             }
         });
         Starting {
-            child: Some(child),
-            address: rx,
+            spawned: Some(spawned),
             logs,
         }
     }
@@ -167,35 +146,27 @@ impl Launch {
 /// A spawned process that has not yet said where it listens; killed if
 /// dropped before it does.
 pub struct Starting {
-    child: Option<Child>,
-    address: Receiver<String>,
+    spawned: Option<process::Spawned>,
     logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Starting {
     /// Wait (blocking the thread) until the process listens.
     pub fn ready(self) -> Server {
-        let address = self.address.recv_timeout(START_BOUND).ok();
-        self.server(address)
+        let address = self.spawned.as_ref().expect("spawned").address(START_BOUND);
+        self.server(address.ok())
     }
 
     /// Wait until the process listens without blocking an async runtime
     /// (which may serve what the process needs to start, such as a proxy).
     pub async fn ready_async(self) -> Server {
-        let deadline = Instant::now() + START_BOUND;
-        let address = loop {
-            match self.address.try_recv() {
-                Ok(address) => break Some(address),
-                Err(TryRecvError::Disconnected) => break None,
-                Err(TryRecvError::Empty) if Instant::now() >= deadline => break None,
-                Err(TryRecvError::Empty) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        };
-        self.server(address)
+        let spawned = self.spawned.as_ref().expect("spawned");
+        let address = spawned.address_async(START_BOUND).await;
+        self.server(address.ok())
     }
 
     fn server(mut self, address: Option<String>) -> Server {
-        let mut child = self.child.take().expect("child");
+        let mut child = self.spawned.take().expect("spawned").child;
         if let Some(address) = address {
             Server {
                 child,
@@ -216,9 +187,9 @@ impl Starting {
 
 impl Drop for Starting {
     fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(spawned) = &mut self.spawned {
+            let _ = spawned.child.kill();
+            let _ = spawned.child.wait();
         }
     }
 }

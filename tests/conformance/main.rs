@@ -29,7 +29,9 @@ mod priorities;
 mod search;
 mod stats;
 
-// Store tests beyond the rules: PostgreSQL specifics, retention.
+// Store tests beyond the rules: PostgreSQL specifics, retention, and random
+// sequences of operations against a model of the rules.
+mod model;
 mod postgres_smoke;
 mod retention;
 mod upgrade;

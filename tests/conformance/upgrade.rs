@@ -1,6 +1,6 @@
 //! An upgrade from the release before the claim index held only rows
-//! without a lease (migrations up to 0013; 0014 changed the index on both
-//! backends, 0015 and 0016 PostgreSQL's counting and history cascade): what
+//! without a lease (migrations up to 0013 on both backends; 0014 changed the
+//! index on both, later numbers differ per backend until 0020): what
 //! that release wrote comes through, live and lapsed leases keep their
 //! meaning, and retention still takes a receipt's history with it.
 
@@ -9,8 +9,13 @@ use settled::store::{GroupQuery, ReceiptState};
 use super::support::*;
 use crate::common::{Fresh, raw_scalars, upgraded};
 
-/// The last migration of the release upgraded from.
-const RELEASE: i64 = 13;
+/// The last migration of the release upgraded from, per backend (the two
+/// were numbered apart until 0020; see migrations/README.md).
+const SQLITE_RELEASE: i64 = 13;
+const POSTGRES_RELEASE: i64 = 13;
+
+/// From this number on, one number is one change on both backends.
+const NUMBERED_ALIKE_FROM: u32 = 20;
 
 /// Rows as that release stored them at `T0`: one due, one whose lease
 /// lapsed at `T0 - 1` (due before it), one leased for another minute, one
@@ -110,7 +115,7 @@ async fn what_the_release_stored_comes_through(fresh: Fresh) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_database_of_the_release_upgrades() {
-    let fresh = upgraded("sqlite", RELEASE, &release_rows())
+    let fresh = upgraded("sqlite", SQLITE_RELEASE, &release_rows())
         .await
         .expect("sqlite");
     what_the_release_stored_comes_through(fresh).await;
@@ -118,7 +123,46 @@ async fn sqlite_database_of_the_release_upgrades() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_database_of_the_release_upgrades() {
-    if let Some(fresh) = upgraded("postgres", RELEASE, &release_rows()).await {
+    if let Some(fresh) = upgraded("postgres", POSTGRES_RELEASE, &release_rows()).await {
         what_the_release_stored_comes_through(fresh).await;
     }
+}
+
+/// The migration files of one backend from [`NUMBERED_ALIKE_FROM`] on, as
+/// (number, name) pairs.
+fn numbered_alike(backend: &str) -> Vec<(u32, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(backend);
+    let mut files: Vec<(u32, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter_map(|name| {
+            let (number, rest) = name.split_once('_')?;
+            let number: u32 = number.parse().ok()?;
+            (number >= NUMBERED_ALIKE_FROM).then(|| (number, rest.to_owned()))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn later_migrations_are_one_change_under_one_number_on_both_backends() {
+    let (sqlite, postgres) = (numbered_alike("sqlite"), numbered_alike("postgres"));
+    assert_eq!(
+        sqlite, postgres,
+        "from {NUMBERED_ALIKE_FROM:04} on, each migration has the same number and name on both \
+         backends (a file that does nothing where a backend needs nothing): migrations/README.md"
+    );
+    let numbers: Vec<u32> = sqlite.iter().map(|(n, _)| *n).collect();
+    let mut unique = numbers.clone();
+    unique.dedup();
+    assert_eq!(numbers, unique, "one file per number");
 }

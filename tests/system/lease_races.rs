@@ -143,7 +143,7 @@ async fn races(fresh: Fresh) {
     } else {
         200
     };
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::from_env();
     let policy = RetryPolicy::new(32, 20, 1, 20).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

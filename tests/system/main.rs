@@ -9,11 +9,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod bench_smoke;
 mod binary;
 mod crash_recovery;
 mod db_faults;
-mod fault_checker;
 mod lease_races;
 mod pg_bulk;
 mod pg_failover;

@@ -422,7 +422,7 @@ async fn at_the_cap_with_every_connection_busy_a_new_one_is_closed_at_once() {
     let server = live_with(short_idle(Duration::from_secs(600), cap)).await;
     let addr = server.addr;
     let outcome = tokio::task::spawn_blocking(move || {
-        let body = r#"{"worker_id":"w","lease_ms":1000,"limit":1,"wait_ms":4000}"#;
+        let body = r#"{"worker_id":"w","lease_ms":1000,"limit":1,"wait_ms":10000}"#;
         let request = format!(
             "POST /v1/claims HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -434,14 +434,16 @@ async fn at_the_cap_with_every_connection_busy_a_new_one_is_closed_at_once() {
                 stream
             })
             .collect();
-        // Let both polls start waiting.
-        std::thread::sleep(Duration::from_millis(500));
+        // Let both polls start waiting: a poll whose request is not read yet
+        // does not count as busy, and a loaded machine can take a while to
+        // read it. The polls wait 10 s, so 2 s leaves the check inside them.
+        std::thread::sleep(Duration::from_secs(2));
         let mut extra = TcpStream::connect(addr).expect("connect");
         let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         let refused = read_response(&mut extra, Duration::from_secs(2)).is_none();
         let answered: Vec<_> = polls
             .iter_mut()
-            .map(|s| read_response(s, Duration::from_secs(15)).map(|(status, _)| status))
+            .map(|s| read_response(s, Duration::from_secs(25)).map(|(status, _)| status))
             .collect();
         (refused, answered)
     })

@@ -87,7 +87,7 @@ async fn current(address: &mut Address) -> String {
 
 async fn crash_and_recover(url: String, dir: &Path) {
     let started = Instant::now();
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::from_env();
     let kills = if long() { 25 } else { 5 };
     let workers = if long() { 8 } else { 4 };
     let batch = if long() { 15 } else { 10 };

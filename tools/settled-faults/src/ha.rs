@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sqlx::{Connection, PgConnection};
+use settled_test_support::postgres;
 
 use super::Res;
 use super::proxy::Proxy;
@@ -164,14 +164,7 @@ impl Cluster {
                 .push(Proxy::start(format!("127.0.0.1:{port}")).await?);
         }
         let (_, leader) = cluster.primary().await?;
-        let mut admin = PgConnection::connect(&admin_url(NODE_PORTS[leader])).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE DATABASE {}",
-            cluster.database
-        )))
-        .execute(&mut admin)
-        .await?;
-        let _ = admin.close().await;
+        postgres::create_database(&admin_url(NODE_PORTS[leader]), &cluster.database).await?;
         Ok(cluster)
     }
 

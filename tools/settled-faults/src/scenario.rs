@@ -10,16 +10,16 @@ use std::time::{Duration, Instant};
 use clap::ValueEnum;
 use futures_util::StreamExt;
 use serde_json::Value;
-use sqlx::Connection;
+
+use settled_test_support::rng::Rng;
 
 use super::Res;
 use super::check::{self, Report};
-use super::cluster::{LIBFAKETIME, Replica, Tmpfs};
+use super::cluster::{LIBFAKETIME, Replica};
+use super::database::Database;
 use super::faults::{self, Fault, Target};
-use super::ha::{Cluster, PG_TCP_TIMEOUT_MS};
-use super::proxy::Proxy;
+use super::ha::PG_TCP_TIMEOUT_MS;
 use super::record::{Entry, Final, OpKind, Recorder};
-use super::rng::Rng;
 use super::workload::Workload;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -103,92 +103,6 @@ fn settled_exe() -> Res<PathBuf> {
             me.display()
         )
         .into())
-    }
-}
-
-/// The database a scenario runs on, removed at the end.
-enum Database {
-    Sqlite {
-        disk: Tmpfs,
-    },
-    Postgres {
-        admin: String,
-        name: String,
-        proxy: Proxy,
-    },
-    Cluster(Arc<Cluster>),
-}
-
-impl Database {
-    async fn make(scenario: Scenario, settings: &Settings, dir: &Path, run: &str) -> Res<Self> {
-        if scenario == Scenario::Sqlite {
-            // Room for a long run; the disk-full fault fills what is left.
-            let disk = Tmpfs::mount(&dir.join("disk"), "768m")?;
-            return Ok(Self::Sqlite { disk });
-        }
-        if scenario == Scenario::PostgresHa {
-            let cluster = Cluster::up(&settings.ha_script, dir, run, settings.ha_async).await?;
-            return Ok(Self::Cluster(Arc::new(cluster)));
-        }
-        let name = format!("settled_faults_{run}");
-        let mut admin = sqlx::PgConnection::connect(&settings.postgres_url).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await?;
-        let _ = admin.close().await;
-        let url = reqwest::Url::parse(&settings.postgres_url)?;
-        let upstream = format!(
-            "{}:{}",
-            url.host_str().unwrap_or("127.0.0.1"),
-            url.port().unwrap_or(5432)
-        );
-        let proxy = Proxy::start(upstream).await?;
-        Ok(Self::Postgres {
-            admin: settings.postgres_url.clone(),
-            name,
-            proxy,
-        })
-    }
-
-    /// The URL the servers are given (PostgreSQL: through the proxy).
-    fn url(&self) -> Res<String> {
-        match self {
-            Self::Sqlite { disk } => {
-                Ok(format!("sqlite:{}", disk.dir.join("settled.db").display()))
-            }
-            Self::Postgres { admin, name, proxy } => {
-                let mut url = reqwest::Url::parse(admin)?;
-                url.set_port(Some(proxy.port))
-                    .map_err(|()| "cannot set the port")?;
-                url.set_path(name);
-                Ok(url.to_string())
-            }
-            Self::Cluster(cluster) => Ok(cluster.settled_url()),
-        }
-    }
-
-    async fn remove(self) {
-        if let Self::Cluster(cluster) = &self {
-            let cluster = cluster.clone();
-            let _ = tokio::task::spawn_blocking(move || cluster.down_now()).await;
-            return;
-        }
-        if let Self::Postgres { admin, name, .. } = self {
-            for _ in 0..30 {
-                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                    let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut conn)
-                    .await;
-                    if dropped.is_ok() {
-                        return;
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            eprintln!("  could not drop database {name}");
-        }
     }
 }
 

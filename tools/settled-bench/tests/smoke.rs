@@ -4,6 +4,15 @@
 //! with `--replicas 2` its workers use two servers on one PostgreSQL database.
 
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+/// One run at a time: each spawns a server and workers, and two at once on a
+/// loaded machine would only measure each other.
+fn turn() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 const FIELDS: [&str; 19] = [
     "settled_per_sec",
@@ -37,6 +46,13 @@ const RAW_FIELDS: [&str; 4] = [
 ];
 
 fn bench(backend: &str, receipts: &str, batch: &str, extra: &[&str]) {
+    // It spawns the `settled` binary beside it, which `cargo test` at the root builds.
+    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_settled-bench"));
+    assert!(
+        bench.with_file_name("settled").exists(),
+        "no settled binary beside {}: run `cargo build --bins` (or `cargo test` at the root) first",
+        bench.display()
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_settled-bench"))
         .args(["--spawn", backend, "--receipts", receipts, "--workers", "4"])
         .args(["--batch", batch, "--json", "--timeout-s", "120"])
@@ -92,13 +108,13 @@ fn bench(backend: &str, receipts: &str, batch: &str, extra: &[&str]) {
 
 #[test]
 fn sqlite_batches() {
-    let _turn = crate::turn(module_path!());
+    let _turn = turn();
     bench("sqlite", "300", "16", &["--raw"]);
 }
 
 #[test]
 fn sqlite_one_by_one() {
-    let _turn = crate::turn(module_path!());
+    let _turn = turn();
     // Spread over groups: every claim is shared out over them.
     bench("sqlite", "100", "1", &["--groups", "7"]);
 }
@@ -115,7 +131,7 @@ fn postgres_url() -> Option<String> {
 
 #[test]
 fn postgres_batches() {
-    let _turn = crate::turn(module_path!());
+    let _turn = turn();
     if let Some(url) = postgres_url() {
         bench("postgres", "300", "16", &["--postgres-url", &url, "--raw"]);
     }
@@ -123,7 +139,7 @@ fn postgres_batches() {
 
 #[test]
 fn postgres_one_by_one() {
-    let _turn = crate::turn(module_path!());
+    let _turn = turn();
     if let Some(url) = postgres_url() {
         bench(
             "postgres",

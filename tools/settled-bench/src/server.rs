@@ -1,11 +1,10 @@
 //! Fresh databases and a spawned `settled` process.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sqlx::Connection;
+use settled_test_support::{postgres, process};
 
 use super::common::{Res, err, run_id};
 
@@ -51,19 +50,9 @@ impl FreshDb {
     /// A new database on the server of `admin_url` (which names an existing database).
     pub async fn postgres(admin_url: &str) -> Res<Self> {
         let name = format!("settled_bench_{}", run_id());
-        let mut admin = sqlx::PgConnection::connect(admin_url)
+        let url = postgres::create_database(admin_url, &name)
             .await
-            .map_err(|e| err(format!("cannot connect to {admin_url}: {e}")))?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await?;
-        let _ = admin.close().await;
-        let (prefix, _) = admin_url
-            .split('?')
-            .next()
-            .and_then(|u| u.rsplit_once('/'))
-            .ok_or_else(|| err("--postgres-url must name a database, e.g. …/postgres"))?;
-        let url = format!("{prefix}/{name}");
+            .map_err(err)?;
         Ok(Self::Postgres {
             admin_url: admin_url.to_owned(),
             name,
@@ -86,15 +75,7 @@ impl FreshDb {
             Self::Postgres {
                 admin_url, name, ..
             } => {
-                let dropped = async {
-                    let mut admin = sqlx::PgConnection::connect(admin_url).await?;
-                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    sqlx::query(sqlx::AssertSqlSafe(sql))
-                        .execute(&mut admin)
-                        .await?;
-                    admin.close().await
-                };
-                if let Err(e) = dropped.await {
+                if let Err(e) = postgres::drop_database(admin_url, name, true).await {
                     eprintln!("warning: could not drop database {name}: {e}");
                 }
             }
@@ -109,6 +90,9 @@ impl Drop for FreshDb {
         }
     }
 }
+
+/// How long a spawned server may take to say where it listens.
+const START_BOUND: Duration = Duration::from_secs(60);
 
 /// A running `settled` process, killed on drop if not stopped.
 pub struct Server {
@@ -127,47 +111,33 @@ impl Server {
                 exe.display()
             )));
         }
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        command
             .env_remove("SETTLED_TOKENS")
             .env_remove("SETTLED_LISTEN")
-            // Warnings only, but keep the start-up line that names the address.
-            .env("RUST_LOG", "warn,settled::server=info")
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .env("RUST_LOG", process::QUIET_LOG)
             .args(["--database-url", database_url])
             .args(FAST_RETRY_ARGS)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| err(format!("cannot start {}: {e}", exe.display())))?;
-        let pid = child.id();
-        let stdout = child.stdout.take().ok_or_else(|| err("no stdout"))?;
-        let mut lines = BufReader::new(stdout).lines();
+            .stderr(Stdio::inherit());
+        // Its log is passed on, but for the line naming its address and the
+        // one saying it shuts down (expected at the end of every run).
+        let spawned = process::spawn(command, "127.0.0.1:0", |line| {
+            if process::address_in(line).is_none() && !line.contains("shutting down") {
+                eprintln!("[settled] {line}");
+            }
+        })
+        .map_err(|e| err(format!("cannot start {}: {e}", exe.display())))?;
+        let pid = spawned.child.id();
+        let address = spawned.address(START_BOUND);
         let mut server = Self {
-            child: Some(child),
+            child: Some(spawned.child),
             base: String::new(),
             pid,
         };
-        for line in lines.by_ref() {
-            let line = line?;
-            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if let Some(address) = entry["fields"]["address"].as_str() {
-                server.base = format!("http://{address}");
-                break;
-            }
-            eprintln!("[settled] {line}");
-        }
-        if server.base.is_empty() {
-            return Err(err("settled exited without listening"));
-        }
-        // Keep draining its log so that it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if !line.contains("shutting down") {
-                    eprintln!("[settled] {line}");
-                }
-            }
-        });
+        server.base = format!(
+            "http://{}",
+            address.map_err(|why| err(format!("settled {why}")))?
+        );
         Ok(server)
     }
 
@@ -224,4 +194,23 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// A figure of the spawned replicas, summed (`None` without any, or when
+/// one of them cannot be read).
+pub fn summed<T: std::iter::Sum>(
+    servers: &[Server],
+    read: impl Fn(&Server) -> Option<T>,
+) -> Option<T> {
+    if servers.is_empty() {
+        return None;
+    }
+    servers.iter().map(read).sum()
+}
+
+/// Resident set size now, in MB.
+pub fn vm_rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use settled::domain::{Route, SettlementFailureCode, SettlementSkipReason};
 use settled::http::wire::OutcomeIn;
+use settled_test_support::rng::Rng;
 
 /// Errors of the bench itself.
 pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
@@ -117,17 +118,11 @@ impl std::str::FromStr for Mix {
     }
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
 impl Mix {
     /// The outcome of attempt `attempts` of receipt `index`: the same in both runs.
     pub fn decide(&self, index: usize, attempts: u32) -> Kind {
-        let roll = splitmix((index as u64) << 8 ^ u64::from(attempts)) % self.total;
+        // A generator seeded by the pair, so that the same pair always rolls the same.
+        let roll = Rng::new((index as u64) << 8 ^ u64::from(attempts)).below(self.total);
         let mut acc = 0;
         for (kind, weight) in &self.weights {
             acc += weight;

@@ -70,7 +70,9 @@ async fn migrate(url: &str) -> Res<()> {
         .foreign_keys(true)
         .connect()
         .await?;
-    sqlx::migrate!("migrations/sqlite").run(&mut conn).await?;
+    sqlx::migrate!("../../migrations/sqlite")
+        .run(&mut conn)
+        .await?;
     Ok(())
 }
 

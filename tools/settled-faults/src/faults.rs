@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use clap::ValueEnum;
 use sqlx::Connection;
 
+use settled_test_support::rng::Rng;
+
 use super::cluster::{Replica, fill, restart_postgres};
 use super::ha::Cluster;
 use super::proxy::{Mode, Proxy};
-use super::rng::Rng;
 use super::workload::Workload;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
@@ -303,7 +304,7 @@ pub async fn schedule(
     while round == 0 || Instant::now() < half {
         for &fault in &faults {
             tokio::time::sleep(gap).await;
-            let replica = rng.below(replicas);
+            let replica = rng.index(replicas);
             eprintln!(
                 "  {:>6.1} s  {} (replica {replica})",
                 start.elapsed().as_secs_f64(),
@@ -351,13 +352,13 @@ pub async fn schedule(
                 .copied()
                 .filter(|f| count(*f) == least)
                 .collect();
-            due[rng.below(due.len())]
+            due[rng.index(due.len())]
         } else if others.is_empty() {
             continue;
         } else {
-            others[rng.below(others.len())]
+            others[rng.index(others.len())]
         };
-        let replica = rng.below(replicas);
+        let replica = rng.index(replicas);
         let keys = fault.lock_keys(replica);
         {
             let mut held = locks.lock().unwrap_or_else(|p| p.into_inner());

@@ -6,25 +6,16 @@
 //! Build first: `cargo build --release --bins`, then e.g.
 //! `target/release/settled-bench --spawn sqlite --receipts 50000 --workers 8 --batch 256`.
 
-#[path = "settled_bench/common.rs"]
 mod common;
-#[path = "settled_bench/cpu.rs"]
+mod counts;
 mod cpu;
-#[path = "settled_bench/db_cpu.rs"]
 mod db_cpu;
-#[path = "settled_bench/http.rs"]
 mod http;
-#[path = "settled_bench/inproc.rs"]
 mod inproc;
-#[path = "settled_bench/pg_cost.rs"]
 mod pg_cost;
-#[path = "settled_bench/raw.rs"]
 mod raw;
-#[path = "settled_bench/report.rs"]
 mod report;
-#[path = "settled_bench/server.rs"]
 mod server;
-#[path = "settled_bench/settle.rs"]
 mod settle;
 
 use std::process::ExitCode;
@@ -35,7 +26,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 
 use common::{Ids, Ledger, Mix, Pacer, Res, err, far_future_ms, progress, run_id};
-use http::{Api, Counts};
+use http::Api;
 use inproc::Workload;
 use report::Report;
 use server::{FreshDb, Server};
@@ -161,15 +152,6 @@ async fn main() -> ExitCode {
     }
 }
 
-/// A figure of the spawned replicas, summed (`None` without any, or when
-/// one of them cannot be read).
-fn summed<T: std::iter::Sum>(servers: &[Server], read: impl Fn(&Server) -> Option<T>) -> Option<T> {
-    if servers.is_empty() {
-        return None;
-    }
-    servers.iter().map(read).sum()
-}
-
 async fn fresh(backend: &str, args: &Args, dbs: &mut Vec<FreshDb>) -> Res<String> {
     let db = match backend {
         "sqlite" => FreshDb::sqlite()?,
@@ -194,12 +176,6 @@ fn workload(args: &Args) -> Workload {
         deadline: Duration::from_secs(args.timeout_s),
         groups: args.groups,
     }
-}
-
-fn vm_rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
 }
 
 async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
@@ -287,7 +263,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         w.receipts,
         Arc::new(move || {
             let rss = pid
-                .and_then(vm_rss_mb)
+                .and_then(server::vm_rss_mb)
                 .map_or_else(String::new, |m| format!(", server RSS {m:.0} MB"));
             let extra = format!(
                 ", retries {}, conflicts {}, errors {}{rss}",
@@ -309,15 +285,15 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         (true, Some(db)) => pg_cost::PgCost::start(db.url()).await,
         _ => None,
     };
-    let cpu_before = summed(&servers, Server::cpu_s);
-    let written_before = summed(&servers, Server::written_bytes);
+    let cpu_before = server::summed(&servers, Server::cpu_s);
+    let written_before = server::summed(&servers, Server::written_bytes);
     let started = Instant::now();
     let stats = settle::run(&apis, &ids, &ledger, &w, pacer).await;
     let elapsed_s = started.elapsed().as_secs_f64();
-    let server_cpu_s = summed(&servers, Server::cpu_s)
+    let server_cpu_s = server::summed(&servers, Server::cpu_s)
         .zip(cpu_before)
         .map(|(after, before)| after - before);
-    let server_written_bytes = summed(&servers, Server::written_bytes)
+    let server_written_bytes = server::summed(&servers, Server::written_bytes)
         .zip(written_before)
         .map(|(after, before)| after.saturating_sub(before));
     let db_cpu_s = match db_cpu {
@@ -332,7 +308,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     let stats = stats?;
 
     let after = api.counts().await?;
-    check_counts(&before, &after, &w, &ledger, spawned, &mut failures);
+    counts::check(&before, &after, &w, &ledger, spawned, &mut failures);
     ledger.check(&mut failures, "http");
     let verify = (args.verify_all_up_to, args.verify_sample);
     let verified_receipts = api
@@ -417,60 +393,4 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         failures,
         total_elapsed_s: begun.elapsed().as_secs_f64(),
     })
-}
-
-/// `GET /v1/status` before and after: every receipt of the run finished, the
-/// finished counts match the routes the client saw, nothing else moved.
-fn check_counts(
-    before: &Counts,
-    after: &Counts,
-    w: &Workload,
-    ledger: &Ledger,
-    fresh: bool,
-    failures: &mut Vec<String>,
-) {
-    let delta = |a: u64, b: u64| i128::from(a) - i128::from(b);
-    let settled = delta(after.settled, before.settled);
-    let skipped = delta(after.skipped, before.skipped);
-    let dead = delta(after.dead_lettered, before.dead_lettered);
-    let n = w.receipts as i128;
-    if settled + skipped + dead != n {
-        failures.push(format!(
-            "status: settled+skipped+dead_lettered grew by {} for {n} receipts",
-            settled + skipped + dead
-        ));
-    }
-    let seen = [
-        ("settled", settled, &ledger.settled),
-        ("skipped", skipped, &ledger.skipped),
-        ("dead_lettered", dead, &ledger.dead_lettered),
-    ];
-    for (name, grew, routes) in seen {
-        let routes = i128::from(Ledger::get(routes));
-        if grew != routes {
-            failures.push(format!(
-                "status: {name} grew by {grew} but the client saw {routes} such routes"
-            ));
-        }
-    }
-    let active = [
-        ("pending", after.pending, before.pending),
-        ("leased", after.leased, before.leased),
-        (
-            "retry_scheduled",
-            after.retry_scheduled,
-            before.retry_scheduled,
-        ),
-    ];
-    for (name, now, then) in active {
-        if now != then {
-            failures.push(format!("status: {name} was {then} before and {now} after"));
-        }
-    }
-    if fresh && (after.pending != w.preload as u64 || after.leased + after.retry_scheduled != 0) {
-        failures.push(format!(
-            "status: a fresh database ends with pending {} (preload {}), leased {}, retry_scheduled {}",
-            after.pending, w.preload, after.leased, after.retry_scheduled
-        ));
-    }
 }

@@ -11,29 +11,17 @@
 //! `--scenario postgres-ha` runs on a Patroni cluster of its own
 //! (tests/ha/cluster.sh, ports 55431-55433). See RELIABILITY.md.
 
-#[path = "settled_faults/check.rs"]
 mod check;
-#[path = "settled_faults/cluster.rs"]
 mod cluster;
-#[path = "settled_faults/faults.rs"]
+mod database;
 mod faults;
-#[path = "settled_faults/ha.rs"]
 mod ha;
-#[path = "settled_faults/ha_faults.rs"]
 mod ha_faults;
-#[path = "settled_faults/proxy.rs"]
 mod proxy;
-#[path = "settled_faults/record.rs"]
 mod record;
-#[path = "settled_faults/recovery.rs"]
 mod recovery;
-#[path = "settled_faults/rng.rs"]
-mod rng;
-#[path = "settled_faults/scenario.rs"]
 mod scenario;
-#[path = "settled_faults/table.rs"]
 mod table;
-#[path = "settled_faults/workload.rs"]
 mod workload;
 
 use std::path::PathBuf;

@@ -1,12 +1,12 @@
 //! The system under test: `settled` processes on one database, and the
 //! handles the faults act on (signals, the faked wall clock, a small disk).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use settled_test_support::process;
 
 use super::Res;
 
@@ -79,14 +79,11 @@ impl Replica {
         let mut cmd = Command::new(&self.exe);
         cmd.env_remove("SETTLED_TOKENS")
             .env_remove("SETTLED_LISTEN")
-            .env("RUST_LOG", "warn,settled::server=info")
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .env("RUST_LOG", process::QUIET_LOG)
             .args(["--database-url", &self.database_url])
             .args(["--initial-backoff-ms", "1", "--backoff-cap-ms", "20"])
             .args(["--max-retries", "3"])
             .args(&self.extra_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(log.try_clone()?);
         if let Some(file) = &self.clock_file {
             cmd.env("LD_PRELOAD", LIBFAKETIME)
@@ -94,37 +91,21 @@ impl Replica {
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
                 .env("FAKETIME_CACHE_DURATION", "1");
         }
-        let mut child = cmd.spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = mpsc::channel();
-        // Read its log for the address, then keep draining it to the log file.
-        std::thread::spawn(move || {
-            let mut log = log;
-            let mut sent = false;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if !sent {
-                    let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                    if let Some(address) = entry["fields"]["address"].as_str() {
-                        let _ = tx.send(format!("http://{address}"));
-                        sent = true;
-                    }
-                }
-                let _ = std::io::Write::write_all(&mut log, format!("{line}\n").as_bytes());
-            }
-        });
-        self.child = Some(child);
-        match rx.recv_timeout(within) {
-            Ok(base) => {
-                *self.base.write().unwrap_or_else(|p| p.into_inner()) = base;
+        // Its log goes to the log file, the line naming its address too.
+        let mut log = log;
+        let spawned = process::spawn(cmd, "127.0.0.1:0", move |line| {
+            let _ = std::io::Write::write_all(&mut log, format!("{line}\n").as_bytes());
+        })?;
+        let address = spawned.address(within);
+        self.child = Some(spawned.child);
+        match address {
+            Ok(address) => {
+                *self.base.write().unwrap_or_else(|p| p.into_inner()) = format!("http://{address}");
                 Ok(())
             }
-            Err(e) => {
+            Err(why) => {
                 self.kill();
-                let what = match e {
-                    mpsc::RecvTimeoutError::Timeout => format!("did not start within {within:?}"),
-                    mpsc::RecvTimeoutError::Disconnected => "exited before it listened".into(),
-                };
-                Err(format!("{} {what} (see {})", self.name, self.log.display()).into())
+                Err(format!("{} {why} (see {})", self.name, self.log.display()).into())
             }
         }
     }

@@ -3,14 +3,12 @@
 //! (docs/concepts.md); every answer and every receipt view must agree after
 //! every step.
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod ops;
 mod reference;
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::common;
 use common::ms;
 use proptest::prelude::*;
 
