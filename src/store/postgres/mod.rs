@@ -78,15 +78,6 @@ use crate::store::{
     StoreResult,
 };
 
-/// The statement of a round of guarded writes (outcomes, releases), for
-/// the test that reads its plan.
-#[doc(hidden)]
-pub const GUARDED_WRITE_SQL: &str = guarded::WRITE_ROUND;
-
-/// The statement of a batch claim, for the test that reads its plan.
-#[doc(hidden)]
-pub const CLAIM_SQL: &str = claim::CLAIM_DUE;
-
 /// The channel on which replicas announce work that became due. Channels
 /// are per database, not per schema: deployments in two schemas of one
 /// database wake each other's long polls, which then just look again.
@@ -122,12 +113,6 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// The pool, for tests that need to reach under the store.
-    #[doc(hidden)]
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// Run one store call within [`Self::bound`].
     /// Given up only before its commit is sent (src/store/postgres/commit_gate.rs).
     async fn bounded<T>(&self, call: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
@@ -365,3 +350,10 @@ impl SettlementOutcomeStore for PostgresStore {
         self.bounded(self.find_page(filter, page, now_ms)).await
     }
 }
+
+#[cfg(test)]
+mod open_tests;
+#[cfg(test)]
+mod plan_tests;
+#[cfg(test)]
+mod test_support;
