@@ -3,13 +3,11 @@
 
 use std::collections::HashMap;
 
-use sqlx::PgPool;
-
-use super::group_limits::{admit_one, groups_for_claim, spend};
+use super::claim_batch::ClaimJob;
+use super::groups::{admit_one, groups_for_claim, spend};
 use super::{PostgresStore, Tx, begin_claim, finish, row_for_update};
 use crate::domain::{
-    Candidate, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, ReceiptId, StoreError, UnixMs,
-    WorkerId,
+    Candidate, ClaimLimit, Claimed, GroupName, LeaseMs, ReceiptId, StoreError, UnixMs, WorkerId,
 };
 use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, turn_after};
 use crate::store::rows::ReceiptRow;
@@ -244,7 +242,7 @@ async fn claim_one(
 /// A fair claim leased to `slots` (owner and deadline per claim position,
 /// in order): the claims in position order, fewer when fewer rows are due
 /// or limits hold them back.
-async fn lease_due(
+pub(super) async fn lease_due(
     tx: &mut Tx,
     slots: &[(&str, i64)],
     now: i64,
@@ -301,106 +299,6 @@ async fn lease_due(
     Ok(fair.answer(claims))
 }
 
-async fn claim_batch(tx: &mut Tx, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
-    let slots = vec![(job.worker_id.as_str(), job.until); job.limit];
-    lease_due(tx, &slots, job.now, &job.only, &job.turn).await
-}
-
-/// One worker's batch claim, as the claim queue carries it.
-pub(super) struct ClaimJob {
-    worker_id: WorkerId,
-    now: i64,
-    until: i64,
-    limit: usize,
-    only: Vec<GroupName>,
-    turn: Turn,
-}
-
-impl super::batcher::Mergeable for ClaimJob {
-    type Answer = DueClaims<Claimed>;
-
-    fn size(&self) -> usize {
-        self.limit.max(1)
-    }
-
-    fn run(
-        pool: &PgPool,
-        jobs: &[Self],
-    ) -> impl Future<Output = (Vec<StoreResult<Self::Answer>>, bool)> + Send {
-        claim_jobs(pool, jobs)
-    }
-}
-
-/// One claim in a transaction of its own: all or nothing.
-async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
-    let mut tx = begin_claim(pool).await?;
-    let result = claim_batch(&mut tx, job).await;
-    finish(tx, result).await
-}
-
-/// Several workers' claims in one statement and transaction, served in
-/// arrival order: the first takes the first rows of the round robin up to
-/// its limit, the next the following ones. Due is judged at the earliest
-/// of their clocks (they arrived together), so a later one may get fewer
-/// rows than are due by its own clock, as a claim that meets locked rows
-/// may. Only claims of the same groups are merged. A refusal (a stored row
-/// out of range) runs each claim alone, so that only the claims that meet
-/// the row fail.
-async fn claim_jobs(
-    pool: &PgPool,
-    jobs: &[ClaimJob],
-) -> (Vec<StoreResult<DueClaims<Claimed>>>, bool) {
-    let alone = jobs.len() == 1 || jobs.iter().any(|j| j.only != jobs[0].only);
-    if !alone {
-        match claim_merged(pool, jobs).await {
-            Ok(Some(answers)) => return (answers.into_iter().map(Ok).collect(), false),
-            Ok(None) => {}
-            Err(e) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
-        }
-    }
-    let mut answers = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        answers.push(claim_alone(pool, job).await);
-    }
-    (answers, false)
-}
-
-/// `Ok(None)`: refused, and rolled back; run each claim alone.
-async fn claim_merged(
-    pool: &PgPool,
-    jobs: &[ClaimJob],
-) -> StoreResult<Option<Vec<DueClaims<Claimed>>>> {
-    let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
-    let slots: Vec<(&str, i64)> = jobs
-        .iter()
-        .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
-        .collect();
-    let mut tx = begin_claim(pool).await?;
-    let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &jobs[0].turn).await {
-        Ok(due) => due,
-        Err(e @ StoreError::Backend { .. }) => return finish(tx, Err(e)).await,
-        Err(_) => {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-    };
-    super::commit(tx).await?;
-    let mut claims = due.claims.into_iter();
-    Ok(Some(
-        jobs.iter()
-            .map(|j| {
-                let mine: Vec<_> = claims.by_ref().take(j.limit).collect();
-                let short = mine.len() < j.limit;
-                DueClaims {
-                    claims: mine,
-                    look_again_ms: due.look_again_ms.filter(|_| short),
-                    held_back: due.held_back && short,
-                }
-            })
-            .collect(),
-    ))
-}
-
 impl PostgresStore {
     pub(super) async fn claim_receipt_by_id(
         &self,
@@ -436,51 +334,5 @@ impl PostgresStore {
                 turn: self.turn.clone(),
             })
             .await
-    }
-}
-
-/// Set a group's limits (creating the group), keeping its bucket when the
-/// rate is unchanged; announced, so that waiting claims of every replica
-/// look again.
-const SET_LIMITS: &str = "INSERT INTO receipt_groups AS g (name, paused, max_leased, rate_per_s, \
-     burst, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-     ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, \
-     max_leased = excluded.max_leased, rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
-     tokens = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s \
-       AND g.burst IS NOT DISTINCT FROM excluded.burst THEN g.tokens END, \
-     tokens_at_ms = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s \
-       AND g.burst IS NOT DISTINCT FROM excluded.burst THEN g.tokens_at_ms END, \
-     updated_at_ms = excluded.updated_at_ms";
-
-impl PostgresStore {
-    pub(super) async fn set_group_limits(
-        &self,
-        group: &GroupName,
-        limits: &GroupLimits,
-        now_ms: UnixMs,
-    ) -> StoreResult<()> {
-        let now = now_ms.as_i64();
-        let mut tx = self.begin().await?;
-        sqlx::query(SET_LIMITS)
-            .bind(group.as_str())
-            .bind(limits.paused)
-            .bind(
-                limits
-                    .max_leased
-                    .map(|m| i64::try_from(m).unwrap_or(i64::MAX)),
-            )
-            .bind(limits.rate.map(|r| r.per_second))
-            .bind(
-                limits
-                    .rate
-                    .map(|r| i64::try_from(r.burst).unwrap_or(i64::MAX)),
-            )
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        super::announce(&mut tx).await?;
-        super::commit(tx).await?;
-        self.notify.notify_waiters();
-        Ok(())
     }
 }

@@ -1,3 +1,4 @@
+use super::build::single_host_url;
 use super::*;
 use crate::store::postgres::keepalive::TcpTimeouts;
 

@@ -3,7 +3,7 @@
 
 use super::super::rows::to_i64;
 use super::{PostgresStore, history, row};
-use crate::domain::{StoreError, UnixMs};
+use crate::domain::{ReceiptId, StoreError, UnixMs};
 use crate::store::rows::ReceiptRow;
 use crate::store::rules::{lapsed_sql, unleased_sql};
 use crate::store::{
@@ -11,6 +11,16 @@ use crate::store::{
 };
 
 impl PostgresStore {
+    pub(super) async fn dead_letter_of(
+        &self,
+        receipt_id: &ReceiptId,
+    ) -> StoreResult<Option<DeadLetter>> {
+        let found = self
+            .bounded(async { row(&mut *self.pool.acquire().await?, receipt_id.as_str()).await })
+            .await?;
+        found.map_or(Ok(None), |r| r.dead_letter())
+    }
+
     pub(super) async fn read_view(
         &self,
         receipt_id: &str,

@@ -1,5 +1,6 @@
 //! Enqueue on the writer's synchronous connection, run by the group-commit
-//! writer inside the group's transaction (see `write` for the other writes).
+//! writer inside the group's transaction (see `outcome`, `lease` and `act`
+//! for the other writes).
 
 use rusqlite::Connection;
 

@@ -1,35 +1,33 @@
 //! SQLite backend: one synchronous writer connection owned by a group-commit
-//! thread (see [`group`]), a small pool of sqlx readers, WAL with
+//! thread (see [`group_commit`]), a small pool of sqlx readers, WAL with
 //! `synchronous=FULL` so every acknowledged commit is durable.
 
+mod act;
+mod claim;
 mod enqueue;
 mod feed;
 mod group_commit;
 mod groups;
+mod lease;
 mod lookup;
+mod open;
+mod outcome;
 mod read;
 mod search;
 mod stats;
 mod values;
-mod write;
 
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::sqlite::SqlitePool;
 use tokio::sync::Notify;
 
 use super::fair::Turn;
-use super::group_list::{self, GroupListRow};
-use super::{explain, rules};
+use super::rules;
 use crate::domain::{
     Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
-    Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
+    Route, SettlementStoreBinding, UnixMs, WorkerId,
 };
 use crate::store::{
     Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
@@ -39,7 +37,8 @@ use crate::store::{
 };
 use enqueue::EnqueueItem;
 use group_commit::Writer;
-use write::{ExtendItem, OutcomeItem, ReleaseItem};
+use lease::{ExtendItem, ReleaseItem};
+use outcome::OutcomeItem;
 
 /// The SQLite store.
 pub struct SqliteStore {
@@ -49,129 +48,6 @@ pub struct SqliteStore {
     notify: Arc<Notify>,
     /// Where the next claim's turn over the groups starts after.
     turn: Turn,
-}
-
-impl SqliteStore {
-    /// Open (creating if missing) and migrate the database at `url` (`sqlite:PATH`).
-    pub async fn open(url: &str) -> StoreResult<Self> {
-        // The writer and the readers are separate connections to one file.
-        if url.contains(":memory:") || url.contains("mode=memory") {
-            return Err(StoreError::backend(
-                "in-memory SQLite databases are not supported: use sqlite:PATH",
-            ));
-        }
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| {
-                StoreError::backend(format!(
-                    "invalid SQLite URL in --database-url: {}. Hint: use sqlite:PATH, e.g. \
-                     sqlite:settled.db or sqlite:/var/lib/settled/settled.db",
-                    explain::cause(&e)
-                ))
-            })?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5));
-        let path = options.get_filename().to_path_buf();
-        let existed = path.exists();
-        let digest = prepare(&options)
-            .await
-            .map_err(|cause| explain::sqlite(&path, &cause))?;
-        if !existed {
-            tracing::info!(path = %path.display(), "created SQLite database {}", path.display());
-        }
-        let reader = open_readers(options)
-            .await
-            .map_err(|e| explain::sqlite(&path, &explain::cause(&e)))?;
-        Ok(Self {
-            writer: Writer::start(path)?,
-            reader,
-            binding: SettlementStoreBinding::from_digest(digest),
-            notify: Arc::new(Notify::new()),
-            turn: Turn::default(),
-        })
-    }
-}
-
-/// How many readers serve reads beside the writer.
-const READERS: u32 = 4;
-
-/// Every reader, opened before the first request and kept for the life of
-/// the process: a connection opened later fails when the process is out of
-/// file descriptors (many idle clients), and the read waiting for it would
-/// fail with it (an enqueue answered 503 while `/healthz` still served).
-async fn open_readers(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
-    let pool = SqlitePoolOptions::new()
-        .min_connections(READERS)
-        .max_connections(READERS)
-        .idle_timeout(None)
-        .max_lifetime(None)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy_with(options);
-    // Hold each until all are open, so every acquire opens a new one.
-    let mut opened = Vec::new();
-    for _ in 0..READERS {
-        opened.push(pool.acquire().await?);
-    }
-    Ok(pool)
-}
-
-/// Create or migrate the file and read its binding (picked on first use);
-/// a failure comes back as the database's own words, for [`explain::sqlite`].
-async fn prepare(options: &SqliteConnectOptions) -> Result<[u8; 32], String> {
-    let cause = |e: sqlx::Error| explain::cause(&e);
-    let mut conn = options.connect().await.map_err(cause)?;
-    let migrator = sqlx::migrate!("migrations/sqlite");
-    let before = applied(&mut conn).await.map_err(cause)?;
-    migrator
-        .run(&mut conn)
-        .await
-        .map_err(|e| format!("migration failed: {}", explain::migrate_cause(&e)))?;
-    let now_applied: Vec<String> = migrator
-        .iter()
-        .filter(|m| !before.contains(&m.version))
-        .map(|m| format!("{:04} {}", m.version, m.description))
-        .collect();
-    if !now_applied.is_empty() {
-        tracing::info!(
-            migrations = ?now_applied,
-            "applied migrations {}",
-            now_applied.join(", ")
-        );
-    }
-    let binding = rules::new_binding().map_err(|e| e.to_string())?;
-    sqlx::query(
-        "INSERT INTO store_identity (id, binding) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(binding.to_vec())
-    .execute(&mut conn)
-    .await
-    .map_err(cause)?;
-    let bytes: Vec<u8> = sqlx::query_scalar("SELECT binding FROM store_identity WHERE id = 1")
-        .fetch_one(&mut conn)
-        .await
-        .map_err(cause)?;
-    // Migrations ran on sqlx; from here on the synchronous writer owns writes.
-    conn.close().await.map_err(cause)?;
-    bytes
-        .try_into()
-        .map_err(|_| "the stored binding is not 32 bytes (a corrupt store_identity)".to_owned())
-}
-
-/// Versions of the migrations already applied (none in a new file).
-async fn applied(conn: &mut sqlx::SqliteConnection) -> Result<Vec<i64>, sqlx::Error> {
-    let present: Option<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    if present.is_none() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(conn)
-        .await
 }
 
 #[async_trait]
@@ -223,7 +99,7 @@ impl SettlementOutcomeStore for SqliteStore {
         let (id, worker) = (receipt_id.clone(), worker_id.clone());
         let found = self
             .writer
-            .solo(move |conn| groups::claim_receipt(conn, &id, &worker, now, until))
+            .solo(move |conn| claim::claim_receipt(conn, &id, &worker, now, until))
             .await?;
         Ok(found)
     }
@@ -240,19 +116,12 @@ impl SettlementOutcomeStore for SqliteStore {
         let until = rules::lease_deadline(now_ms, lease_ms.get())?;
         let (worker, only, turn) = (worker_id.clone(), only.to_vec(), self.turn.clone());
         self.writer
-            .solo(move |conn| groups::claim_due(conn, &worker, now, until, limit, &only, &turn))
+            .solo(move |conn| claim::claim_due(conn, &worker, now, until, limit, &only, &turn))
             .await
     }
 
     async fn groups(&self, now_ms: UnixMs, query: &GroupQuery) -> StoreResult<Vec<GroupView>> {
-        let now = now_ms.as_i64();
-        let rows: Vec<GroupListRow> = sqlx::query_as(query.text(&group_list::SQLITE))
-            .bind(now)
-            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-            .bind(&query.after)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.into_iter().map(|r| r.view(now)).collect()
+        groups::list(&self.reader, now_ms.as_i64(), query).await
     }
 
     async fn set_group(
@@ -362,7 +231,7 @@ impl SettlementOutcomeStore for SqliteStore {
         );
         let results = self
             .writer
-            .solo(move |conn| write::act(conn, &op, &ids, who.as_deref(), now, dry_run))
+            .solo(move |conn| act::act(conn, &op, &ids, who.as_deref(), now, dry_run))
             .await?;
         if action.may_make_due() && results.contains(&Ok(Acted::Done)) && !dry_run {
             self.notify.notify_waiters();

@@ -8,8 +8,9 @@
 //! The bundled SQLite (3.51) keeps the key; its upgrades are checked here.
 
 use super::SqliteStore;
+use super::lease::{EXTEND, RELEASE};
+use super::outcome::OUTCOMES;
 use super::test_support::{open, receipt};
-use super::write::{EXTEND, OUTCOMES, RELEASE};
 use crate::domain::{ClaimLimit, LeaseMs, UnixMs, WorkerId};
 use crate::store::{NewReceipt, SettlementOutcomeStore};
 

@@ -1,7 +1,9 @@
 //! What only PostgreSQL has: several replicas on one database (a shared
-//! binding, wakeups through `NOTIFY`, claims that never overlap), pool
-//! settings, and failing fast when the server is unreachable. The rules
-//! themselves are proven on every backend by `store_conformance`.
+//! binding, wakeups through `NOTIFY`, claims that never overlap), and
+//! failing fast when the server is unreachable. The pool's settings and the
+//! plans of the hot statements are checked by the library's own tests,
+//! beside the code. The rules themselves are proven on every backend by
+//! `store_conformance`.
 
 use crate::common;
 use crate::common::ms;
@@ -20,7 +22,6 @@ use settled::store::{NewReceipt, ReceiptState, SharedStore};
 use tokio::sync::Notify;
 
 mod coalescing;
-mod plans;
 
 /// Upper bound on waiting for a notification; the tests never sleep.
 const WAKE_BOUND: Duration = Duration::from_secs(10);
@@ -162,16 +163,14 @@ async fn wakeups_survive_a_dropped_listener_connection() {
         return;
     };
     let (a, b) = (fresh.store.clone(), replica(&fresh.url).await);
-    let admin = PostgresStore::connect(&fresh.url, &PostgresOptions::default())
-        .await
-        .unwrap();
+    let mut admin = common::pg_raw(&fresh.url).await.unwrap();
     // Kill every listening connection on this database; both replicas resubscribe.
     let kill = async {
         let killed: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
              WHERE datname = current_database() AND query LIKE 'LISTEN%'",
         )
-        .fetch_all(admin.pool())
+        .fetch_all(&mut admin)
         .await
         .unwrap();
         assert!(killed.len() >= 2, "listeners found: {}", killed.len());
@@ -225,78 +224,6 @@ async fn racing_replicas_never_claim_the_same_receipt() {
         }
     }
     assert_eq!(seen.len(), 200);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pooled_connections_carry_the_statement_timeout() {
-    let Some(url) = common::fresh_postgres_url().await else {
-        return;
-    };
-    let options = PostgresOptions {
-        statement_timeout_ms: 1_234,
-        ..PostgresOptions::default()
-    };
-    let store = PostgresStore::connect(&url, &options).await.unwrap();
-    let shown: String = sqlx::query_scalar("SHOW statement_timeout")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    assert_eq!(shown, "1234ms");
-    let slow = sqlx::query("SELECT pg_sleep(5)")
-        .execute(store.pool())
-        .await
-        .unwrap_err();
-    assert!(slow.to_string().contains("statement timeout"), "{slow}");
-}
-
-/// Start-up waits for the schema lock and runs the migrations without the
-/// statement time limit: a migration slower than it (a large index build,
-/// a replica migrating first) must not make every start fail. Here another
-/// session holds the setup lock a second, more than twice the limit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migrations_wait_past_the_statement_timeout() {
-    let Some(url) = common::fresh_postgres_url().await else {
-        return;
-    };
-    // The advisory lock start-up takes ("settled\0"), held by someone else.
-    const SETUP_LOCK: i64 = 0x7365_7474_6c65_6400;
-    let mut holder = common::pg_raw(&url).await.unwrap();
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(SETUP_LOCK)
-        .execute(&mut holder)
-        .await
-        .unwrap();
-    let options = PostgresOptions {
-        statement_timeout_ms: 400,
-        ..PostgresOptions::default()
-    };
-    let opened = std::sync::atomic::AtomicBool::new(false);
-    let open = async {
-        let store = PostgresStore::connect(&url, &options).await;
-        opened.store(true, std::sync::atomic::Ordering::SeqCst);
-        store
-    };
-    let release = async {
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
-        let waited = !opened.load(std::sync::atomic::Ordering::SeqCst);
-        sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(SETUP_LOCK)
-            .execute(&mut holder)
-            .await
-            .unwrap();
-        waited
-    };
-    let (store, waited) = tokio::join!(open, release);
-    assert!(waited, "start-up did not wait for the lock");
-    let store = store.expect("migrated after the lock was released");
-    let shown: String = sqlx::query_scalar("SHOW statement_timeout")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    assert_eq!(
-        shown, "400ms",
-        "the service's own statements keep their limit"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

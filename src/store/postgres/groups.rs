@@ -1,13 +1,15 @@
-//! The group limits a claim meets (docs/groups.md): the groups it may take
-//! from, the limited ones locked until commit so that the limits hold across
-//! every replica, their live leases, and the rate tokens it spends.
+//! Groups (docs/groups.md): the list and the operator's limits, and the
+//! limits a claim meets: the groups it may take from, the limited ones
+//! locked until commit so that the limits hold across every replica, their
+//! live leases, and the rate tokens it spends.
 
 use std::collections::HashMap;
 
-use super::Tx;
-use crate::domain::GroupName;
-use crate::store::StoreResult;
+use super::super::group_list::{self, GroupListRow};
+use super::{PostgresStore, Tx};
+use crate::domain::{GroupLimits, GroupName, UnixMs};
 use crate::store::fair::{FairClaim, GroupRow, in_turn, limits};
+use crate::store::{GroupQuery, GroupView, StoreResult};
 
 /// The groups a claim may take from: `$1` (all when empty), by name.
 const GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
@@ -128,4 +130,71 @@ pub(super) async fn spend(tx: &mut Tx, spent: Vec<(String, f64, i64)>) -> StoreR
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+/// Set a group's limits (creating the group), keeping its bucket when the
+/// rate is unchanged; announced, so that waiting claims of every replica
+/// look again.
+const SET_LIMITS: &str = "INSERT INTO receipt_groups AS g (name, paused, max_leased, rate_per_s, \
+     burst, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+     ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, \
+     max_leased = excluded.max_leased, rate_per_s = excluded.rate_per_s, burst = excluded.burst, \
+     tokens = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s \
+       AND g.burst IS NOT DISTINCT FROM excluded.burst THEN g.tokens END, \
+     tokens_at_ms = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM excluded.rate_per_s \
+       AND g.burst IS NOT DISTINCT FROM excluded.burst THEN g.tokens_at_ms END, \
+     updated_at_ms = excluded.updated_at_ms";
+
+impl PostgresStore {
+    pub(super) async fn set_group_limits(
+        &self,
+        group: &GroupName,
+        limits: &GroupLimits,
+        now_ms: UnixMs,
+    ) -> StoreResult<()> {
+        let now = now_ms.as_i64();
+        let mut tx = self.begin().await?;
+        sqlx::query(SET_LIMITS)
+            .bind(group.as_str())
+            .bind(limits.paused)
+            .bind(
+                limits
+                    .max_leased
+                    .map(|m| i64::try_from(m).unwrap_or(i64::MAX)),
+            )
+            .bind(limits.rate.map(|r| r.per_second))
+            .bind(
+                limits
+                    .rate
+                    .map(|r| i64::try_from(r.burst).unwrap_or(i64::MAX)),
+            )
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        super::announce(&mut tx).await?;
+        super::commit(tx).await?;
+        self.notify.notify_waiters();
+        Ok(())
+    }
+}
+
+impl PostgresStore {
+    pub(super) async fn group_views(
+        &self,
+        now_ms: UnixMs,
+        query: &GroupQuery,
+    ) -> StoreResult<Vec<GroupView>> {
+        let now = now_ms.as_i64();
+        let rows: Vec<GroupListRow> = self
+            .bounded(
+                self.read_all(
+                    sqlx::query_as(query.text(&group_list::PG))
+                        .bind(now)
+                        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+                        .bind(&query.after),
+                ),
+            )
+            .await?;
+        rows.into_iter().map(|r| r.view(now)).collect()
+    }
 }

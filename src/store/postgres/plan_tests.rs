@@ -2,10 +2,13 @@
 //! on tables shaped as a busy server's: the plan decides how many index
 //! pages each receipt costs (BENCHMARKS.md, "With statistics").
 
-use super::receipt;
-use crate::common;
-use crate::common::ms;
-use crate::support::{T0, lease, limit, worker};
+use super::claim::CLAIM_DUE;
+use super::guarded::WRITE_ROUND;
+use super::test_support::{fresh_store, raw, receipt};
+use crate::domain::{ClaimLimit, LeaseMs, UnixMs, WorkerId};
+use crate::store::SettlementOutcomeStore;
+
+const T0: u64 = 1_000_000;
 
 /// A round of guarded writes (outcomes, releases) finds each row by its key.
 /// Every row one claim statement leased shares its lease end and attempts,
@@ -37,16 +40,10 @@ async fn on_an_analyzed_table_a_claim_updates_the_rows_it_locked_by_their_tuple(
     // table analyzed as autovacuum would: with `receipt_id = pick_id` beside
     // `ctid = pick_at` it descended the primary key once per leased row
     // (checked; BENCHMARKS.md "With statistics").
-    let Some((_fresh, mut conn)) = leased_table(20_000, 5).await else {
+    let Some((_store, mut conn)) = leased_table(20_000, 5).await else {
         return;
     };
-    let plan = plan_of(
-        &mut conn,
-        settled::store::postgres::CLAIM_SQL,
-        "force_generic_plan",
-        &["NULL"; 6],
-    )
-    .await;
+    let plan = plan_of(&mut conn, CLAIM_DUE, "force_generic_plan", &["NULL"; 6]).await;
     assert!(plan.contains("Tid Scan on receipts"), "{plan}");
     assert!(!plan.contains("receipts_pkey"), "{plan}");
     // The claim positions meet their slots in a hash: joined after the
@@ -67,19 +64,13 @@ async fn on_an_analyzed_table_a_claim_updates_the_rows_it_locked_by_their_tuple(
 /// executions) must probe the primary key for each row and read the batch
 /// once.
 async fn guarded_writes_probe_the_primary_key(rows: usize, analyzed_at: usize) {
-    let Some((_fresh, mut conn)) = leased_table(rows, analyzed_at).await else {
+    let Some((_store, mut conn)) = leased_table(rows, analyzed_at).await else {
         return;
     };
     // A round of 256: only the arrays' length matters to the plan.
     let mut args = vec!["NULL"; 29];
     args[0] = "array_fill('x'::text, ARRAY[256])";
-    let plan = plan_of(
-        &mut conn,
-        settled::store::postgres::GUARDED_WRITE_SQL,
-        "force_custom_plan",
-        &args,
-    )
-    .await;
+    let plan = plan_of(&mut conn, WRITE_ROUND, "force_custom_plan", &args).await;
     assert!(
         plan.contains("Index Scan using receipts_pkey on receipts")
             && plan.contains("Index Cond: (receipt_id = (b.b_id)::text)"),
@@ -92,37 +83,35 @@ async fn guarded_writes_probe_the_primary_key(rows: usize, analyzed_at: usize) {
     // again, the batch was materialized and read a second time.
     for plan in [
         plan,
-        plan_of(
-            &mut conn,
-            settled::store::postgres::GUARDED_WRITE_SQL,
-            "force_generic_plan",
-            &["NULL"; 29],
-        )
-        .await,
+        plan_of(&mut conn, WRITE_ROUND, "force_generic_plan", &["NULL"; 29]).await,
     ] {
         assert_eq!(plan.matches("Function Scan on b ").count(), 1, "{plan}");
         assert!(!plan.contains("CTE Scan on batch"), "{plan}");
     }
 }
 
-/// A fresh database of `rows` receipts: `analyzed_at` of them leased when
-/// the table is analyzed (never, if 0), then 2 000 more leased; and a
-/// connection to it, for plans.
+/// A store on a fresh database of `rows` receipts: `analyzed_at` of them
+/// leased when the table is analyzed (never, if 0), then 2 000 more leased;
+/// and a connection to it, for plans.
 async fn leased_table(
     rows: usize,
     analyzed_at: usize,
-) -> Option<(common::Fresh, sqlx::PgConnection)> {
-    let fresh = common::fresh_postgres().await?;
-    let s = fresh.store.as_ref();
+) -> Option<(super::PostgresStore, sqlx::PgConnection)> {
+    let (url, store) = fresh_store().await?;
+    let now = UnixMs::saturating(T0);
+    let worker = WorkerId::parse("w").unwrap();
+    let lease = LeaseMs::try_from(60_000).unwrap();
     for chunk in 0..rows / 1000 {
         let receipts: Vec<_> = (0..1000)
             .map(|i| receipt(&format!("r-{chunk}-{i:04}")))
             .collect();
-        s.enqueue(&receipts, ms(T0)).await.unwrap();
+        store.enqueue(&receipts, now).await.unwrap();
     }
-    let mut conn = common::pg_raw(&fresh.url).await.unwrap();
+    let mut conn = raw(&url).await;
     if analyzed_at > 0 {
-        s.claim_due(&worker("w"), ms(T0), lease(60_000), limit(analyzed_at))
+        let limit = ClaimLimit::try_from(analyzed_at).unwrap();
+        store
+            .claim_from(&worker, now, lease, limit, &[])
             .await
             .unwrap();
         sqlx::raw_sql("ANALYZE receipts")
@@ -131,11 +120,13 @@ async fn leased_table(
             .unwrap();
     }
     for _ in 0..2 {
-        s.claim_due(&worker("w"), ms(T0), lease(60_000), limit(1000))
+        let limit = ClaimLimit::try_from(1000).unwrap();
+        store
+            .claim_from(&worker, now, lease, limit, &[])
             .await
             .unwrap();
     }
-    Some((fresh, conn))
+    Some((store, conn))
 }
 
 /// The plan of `sql` for `args` under `plan_cache_mode = mode`, with

@@ -1,26 +1,22 @@
-//! Write operations on the writer's synchronous connection, each run by the
-//! group-commit writer (see `group`) inside the group's transaction.
+//! Recording outcomes on the writer's synchronous connection, run by the
+//! group-commit writer (`group_commit`) inside the group's transaction.
 //!
 //! A batch costs few statements whatever its size: one guarded `UPDATE`
-//! repeats the whole claim compare-and-swap per row (outcomes bind their
-//! rows as a `VALUES` list, 256 rows a statement; extensions and releases
-//! read a JSON array with `jsonb_each`), history entries are one prepared
+//! repeats the whole claim compare-and-swap per row (rows bound as a
+//! `VALUES` list, 256 rows a statement), history entries are one prepared
 //! insert each, and only the rows that missed are read back to explain each
 //! refusal.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use rusqlite::Connection;
 
-use super::super::actions::{self, Binds};
-use super::super::rows::ReceiptRow;
-use super::super::rules::{self, Cas, NewHistory, NewValues, Plan, cas_sql};
+use super::super::rules::{self, Cas, NewValues, Plan, cas_sql};
 use super::group_commit::in_savepoint;
-use super::lookup::{append_history, json, receipt_row, row, rows_by_id};
+use super::lookup::{append_history, rows_by_id};
 use super::values;
-use crate::domain::{Claim, Claimed, Outcome, ReceiptId, RetryPolicy, Route, StoreError, UnixMs};
-use crate::store::rows::receipt_columns;
-use crate::store::{Acted, ActionResult, OperatorAction, StoreResult};
+use crate::domain::{Claim, Outcome, RetryPolicy, Route, StoreError, UnixMs};
+use crate::store::StoreResult;
 
 /// One outcome of a (possibly merged) batch, with the call's policy and clock.
 #[derive(Debug, Clone)]
@@ -31,25 +27,10 @@ pub struct OutcomeItem {
     pub observed_at_ms: UnixMs,
 }
 
-/// One lease extension: the claim, the server clock and the new deadline.
-#[derive(Debug, Clone)]
-pub struct ExtendItem {
-    pub claim: Claim,
-    pub now_ms: UnixMs,
-    pub until: i64,
-}
-
-/// One lease release: the claim and the server clock.
-#[derive(Debug, Clone)]
-pub struct ReleaseItem {
-    pub claim: Claim,
-    pub now_ms: UnixMs,
-}
-
 /// The claim's six fields and the check time, as `jsonb_each` columns 0..=7.
-type CasRow<'a> = (&'a str, i64, i64, i64, &'a str, &'a str, i64, i64);
+pub(super) type CasRow<'a> = (&'a str, i64, i64, i64, &'a str, &'a str, i64, i64);
 
-fn cas_row(claim: &Claim, at_ms: UnixMs) -> CasRow<'_> {
+pub(super) fn cas_row(claim: &Claim, at_ms: UnixMs) -> CasRow<'_> {
     let cas = Cas::of(claim);
     (
         cas.receipt_id,
@@ -61,22 +42,6 @@ fn cas_row(claim: &Claim, at_ms: UnixMs) -> CasRow<'_> {
         cas.lease_until_ms,
         at_ms.as_i64(),
     )
-}
-
-/// The compare-and-swap of every row against batch row `b` (columns of
-/// [`cas_row`]); the lease must still be live at `b.at`.
-macro_rules! cas_from_batch {
-    ($extra:literal) => {
-        concat!(
-            " FROM (SELECT value ->> 0 AS id, value ->> 1 AS fin, value ->> 2 AS att, \
-             value ->> 3 AS rv, value ->> 4 AS owner, value ->> 5 AS token, \
-             value ->> 6 AS until, value ->> 7 AS at",
-            $extra,
-            " FROM jsonb_each(?1)) AS b WHERE ",
-            cas_sql!("+status", "lease_until_ms";
-                     "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token", "b.until", "b.at")
-        )
-    };
 }
 
 /// The new column values of an outcome ([`NewValues`]), as columns
@@ -289,160 +254,6 @@ fn apply_planned(
         .map(|(i, plan)| (&items[*i].claim, plan))
         .collect();
     apply_outcomes(conn, &pairs)
-}
-
-/// Why a guarded lease write matched nothing.
-fn lease_miss(row: Option<&ReceiptRow>, claim: &Claim, now_ms: UnixMs) -> StoreError {
-    match rules::explain_miss(row, claim, None, now_ms) {
-        Err(e) => e,
-        Ok(_) => rules::mismatch(),
-    }
-}
-
-/// The guarded `UPDATE` of a batch of lease extensions (`jsonb_each` rows
-/// of [`cas_row`] and the new deadline).
-pub(super) const EXTEND: &str = concat!(
-    "UPDATE receipts SET lease_until_ms = b.new_until",
-    cas_from_batch!(", value ->> 8 AS new_until"),
-    " RETURNING ",
-    receipt_columns!()
-);
-
-/// The guarded `UPDATE` of a batch of releases (`jsonb_each` rows of
-/// [`cas_row`]): each lease ends and its receipt is due at once.
-pub(super) const RELEASE: &str = concat!(
-    "UPDATE receipts SET lease_owner = NULL, lease_token = NULL, \
-     lease_until_ms = NULL, next_visible_at_ms = b.at",
-    cas_from_batch!(""),
-    " RETURNING receipts.receipt_id"
-);
-
-/// Move live leases' deadlines; each judged on its own.
-pub fn extend(conn: &Connection, items: &[ExtendItem]) -> StoreResult<Vec<StoreResult<Claimed>>> {
-    let mut results: Vec<Option<StoreResult<Claimed>>> = vec![None; items.len()];
-    for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
-        let mut batch = Vec::new();
-        for &i in &round {
-            let it = &items[i];
-            let c = cas_row(&it.claim, it.now_ms);
-            batch.push((i, (c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, it.until)));
-        }
-        let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
-        let mut updated: HashMap<String, ReceiptRow> = HashMap::new();
-        if !rows.is_empty() {
-            let mut stmt = conn.prepare_cached(EXTEND)?;
-            for r in stmt.query_map([json(&rows)?], receipt_row)? {
-                let r = r?;
-                updated.insert(r.receipt_id.clone(), r);
-            }
-        }
-        let missed: Vec<usize> = batch
-            .iter()
-            .map(|(i, _)| *i)
-            .filter(|i| !updated.contains_key(items[*i].claim.receipt_id.as_str()))
-            .collect();
-        let found = rows_by_id(
-            conn,
-            missed.iter().map(|i| items[*i].claim.receipt_id.as_str()),
-        )?;
-        for (i, _) in batch {
-            let it = &items[i];
-            let id = it.claim.receipt_id.as_str();
-            results[i] = Some(match updated.get(id) {
-                // A corrupt row fails the whole call, so that its savepoint
-                // undoes the extension the caller is not told about.
-                Some(row) => Ok(row.claimed(None)?),
-                None => Err(lease_miss(found.get(id), &it.claim, it.now_ms)),
-            });
-        }
-    }
-    Ok(results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(StoreError::backend("extension not judged"))))
-        .collect())
-}
-
-/// Give live leases back (each due at once) with a history entry each.
-pub fn release(conn: &Connection, items: &[ReleaseItem]) -> StoreResult<Vec<StoreResult<()>>> {
-    let mut results: Vec<Option<StoreResult<()>>> = vec![None; items.len()];
-    for round in rules::rounds(items.iter().map(|i| i.claim.receipt_id.as_str())) {
-        let mut batch = Vec::new();
-        for &i in &round {
-            let it = &items[i];
-            batch.push((i, cas_row(&it.claim, it.now_ms)));
-        }
-        let rows: Vec<_> = batch.iter().map(|(_, r)| r).collect();
-        let mut released = HashSet::new();
-        if !rows.is_empty() {
-            let mut stmt = conn.prepare_cached(RELEASE)?;
-            released = stmt
-                .query_map([json(&rows)?], |r| r.get::<_, String>(0))?
-                .collect::<Result<_, _>>()?;
-        }
-        let mut entries = Vec::new();
-        let mut missed = Vec::new();
-        for (i, _) in &batch {
-            let it = &items[*i];
-            if released.contains(it.claim.receipt_id.as_str()) {
-                let now = it.now_ms.as_i64();
-                entries.push((
-                    it.claim.receipt_id.as_str(),
-                    rules::release_entry(&it.claim, now),
-                ));
-                results[*i] = Some(Ok(()));
-            } else {
-                missed.push(*i);
-            }
-        }
-        let refs: Vec<(&str, &NewHistory)> = entries.iter().map(|(id, h)| (*id, h)).collect();
-        append_history(conn, &refs)?;
-        let found = rows_by_id(
-            conn,
-            missed.iter().map(|i| items[*i].claim.receipt_id.as_str()),
-        )?;
-        for i in missed {
-            let it = &items[i];
-            let row = found.get(it.claim.receipt_id.as_str());
-            results[i] = Some(Err(lease_miss(row, &it.claim, it.now_ms)));
-        }
-    }
-    Ok(results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(StoreError::backend("release not judged"))))
-        .collect())
-}
-
-/// Do an operator's action to each receipt, each judged on its own; in a dry
-/// run, judge only.
-pub fn act(
-    conn: &Connection,
-    action: &OperatorAction,
-    ids: &[ReceiptId],
-    actor: Option<&str>,
-    now: i64,
-    dry_run: bool,
-) -> StoreResult<Vec<ActionResult>> {
-    let mut results = Vec::with_capacity(ids.len());
-    for id in ids {
-        let id = id.as_str();
-        let found = row(conn, id)?;
-        let result = actions::judge(action, found.as_ref(), now);
-        if let (Ok(Acted::Done), Some(found), false) = (result, &found, dry_run) {
-            let mut stmt = conn.prepare_cached(&actions::update_sql(action))?;
-            let changed = match action.binds() {
-                Binds::Id => stmt.execute([id])?,
-                Binds::Now => stmt.execute(rusqlite::params![id, now])?,
-                Binds::NowReason(reason) => stmt.execute(rusqlite::params![id, now, reason])?,
-            };
-            // The single writer read the row just now: nothing can have moved it.
-            if changed != 1 {
-                return Err(StoreError::backend("operator action changed no row"));
-            }
-            append_history(conn, &[(id, &actions::entry(action, found, actor, now))])?;
-        }
-        results.push(result);
-    }
-    Ok(results)
 }
 
 #[cfg(test)]
