@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::auth::Caller;
+use crate::http::middleware::auth::Caller;
 
 /// Default of `--max-streams`.
 pub const MAX_STREAMS: usize = 64;
@@ -115,7 +115,7 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::auth::Tokens;
+    use crate::http::middleware::auth::Tokens;
 
     #[test]
     fn each_cap_refuses_past_it_and_a_closed_stream_frees_its_place() {

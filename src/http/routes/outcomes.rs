@@ -9,11 +9,11 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
-use super::wire::{self, ClaimBody, OutcomeRequest, OutcomeResult};
 use crate::domain::{LeaseMs, Route};
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::wire::{self, ClaimBody, OutcomeRequest, OutcomeResult};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -9,13 +9,13 @@ use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::ApiQuery;
 use crate::domain::{
     IdError, ReceiptId, SettlementClaimValidationError, SettlementFailureCode, WorkerId,
     check_id_text,
 };
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::ApiQuery;
 use crate::store::search::{FoundReceipt, Range, SearchKey, StateFilter};
 use crate::store::{ReceiptFilter, SearchOrder, SearchPage};
 
@@ -189,14 +189,17 @@ impl FindQuery {
             group: self
                 .group
                 .as_deref()
-                .map(super::wire::parse_group)
+                .map(crate::http::wire::parse_group)
                 .transpose()?
                 .map(|g| g.as_str().to_owned()),
-            priority: self.priority.map(super::wire::parse_priority).transpose()?,
+            priority: self
+                .priority
+                .map(crate::http::wire::parse_priority)
+                .transpose()?,
             rail_code: self
                 .rail_code
                 .as_deref()
-                .map(super::wire::parse_rail_code)
+                .map(crate::http::wire::parse_rail_code)
                 .transpose()?,
         })
     }

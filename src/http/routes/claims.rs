@@ -10,14 +10,14 @@ use tokio::time::Instant;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::{ApiJson, ApiPath};
-use super::metrics::ClaimResult;
-use super::spans;
-use super::waiting::FALLBACK_POLL;
-use super::wire::{self, ClaimBody, MAX_WAIT_MS};
 use crate::domain::{ClaimLimit, LeaseMs};
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::long_polls::FALLBACK_POLL;
+use crate::http::middleware::metrics::ClaimResult;
+use crate::http::middleware::spans;
+use crate::http::wire::{self, ClaimBody, MAX_WAIT_MS};
 use crate::store::{DueClaims, ReceiptClaim};
 
 /// Routes of this module.

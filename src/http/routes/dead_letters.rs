@@ -6,12 +6,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::actions::{RedriveIn, act_on_one};
-use super::auth::Caller;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::{ApiPath, ApiQuery};
-use super::wire;
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiPath, ApiQuery};
+use crate::http::middleware::auth::Caller;
+use crate::http::routes::actions::{RedriveIn, act_on_one};
+use crate::http::wire;
 use crate::store::{DeadLetter, DeadLetterCursor, OperatorAction, ReceiptView};
 
 /// Default and largest page size.

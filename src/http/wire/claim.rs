@@ -1,153 +1,14 @@
-//! Request bodies as they arrive, and their parsing into domain values.
-//! Everything a handler passes to the store has been checked here.
+//! A claim as the API hands it out and takes it back: every field of the
+//! lease, checked once when it comes back.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, Problem, ProblemCode};
-use crate::domain::{
-    Claim, Claimed, GroupName, LeaseToken, Observation, Outcome, Priority, RailCode, ReceiptId,
-    Route, SettlementFailureCode, SettlementFailureReason, SettlementSkipReason, TranscriptId, U63,
-    WorkerId,
-};
-mod receipt_in;
-
-pub use receipt_in::{ReceiptIn, header_trace};
-
-/// Largest serialized observation, in bytes.
-pub const MAX_OBSERVATION_BYTES: usize = 64 * 1024;
-/// Largest request body, in bytes.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-/// Most items in one batch request.
-pub const MAX_BATCH_ITEMS: usize = 1024;
-/// Longest long-poll wait, in ms.
-pub const MAX_WAIT_MS: u64 = 20_000;
-
-fn fits_i64(value: u64) -> bool {
-    i64::try_from(value).is_ok()
-}
-
-/// A receipt id from a path or body.
-pub fn parse_receipt_id(value: &str) -> Result<ReceiptId, ApiError> {
-    ReceiptId::parse(value)
-        .map_err(|e| ApiError::bad_id(ProblemCode::InvalidReceiptId, "receipt_id", e))
-}
-
-/// A priority from a body or a query.
-pub fn parse_priority(value: i64) -> Result<Priority, ApiError> {
-    Priority::parse(value)
-        .map_err(|e| ApiError::validation(ProblemCode::InvalidPriority, e.to_string()))
-}
-
-/// A group name from a path, a query or a body.
-pub fn parse_group(value: &str) -> Result<GroupName, ApiError> {
-    GroupName::parse(value)
-        .map_err(|e| ApiError::validation(ProblemCode::InvalidGroup, e.to_string()))
-}
-
-/// What a worker reports after trying to settle a receipt, told apart by `kind`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum OutcomeIn {
-    /// The rail accepted the settlement: the receipt is settled.
-    #[schema(title = "AcceptedOutcome")]
-    Accepted {
-        /// The rail's transcript id: 1..=512 bytes, no control characters.
-        transcript_id: String,
-    },
-    /// No settlement is needed: the receipt is skipped.
-    #[schema(title = "SkippedOutcome")]
-    Skipped { reason: SettlementSkipReason },
-    /// It may succeed later: with code `rpc` or `backend` the receipt is
-    /// retried after a backoff (until the retry policy's `max_retries`);
-    /// with any other code it is dead-lettered.
-    #[schema(title = "RetryableOutcome")]
-    Retryable {
-        code: SettlementFailureCode,
-        /// Free text; only its SHA-256 is stored.
-        #[serde(default)]
-        detail: String,
-        /// The rail's own code for the failure, e.g. `card_declined` (1..=64
-        /// characters of `[A-Za-z0-9_.:-]`): kept in history and shown
-        /// beside `code`, which alone decides retry or dead letter.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
-        rail_code: Option<String>,
-        /// The rail's own wait before another try, in ms (its `Retry-After`):
-        /// the retry waits the longer of this and the policy's backoff, at
-        /// most the policy's `backoff_cap_ms`; recorded in the history entry.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
-        retry_after_ms: Option<u64>,
-    },
-    /// It will never succeed: the receipt is dead-lettered.
-    #[schema(title = "PermanentOutcome")]
-    Permanent {
-        code: SettlementFailureCode,
-        /// Free text; only its SHA-256 is stored.
-        #[serde(default)]
-        detail: String,
-        /// The rail's own code for the failure, e.g. `card_declined` (1..=64
-        /// characters of `[A-Za-z0-9_.:-]`): kept in history and shown
-        /// beside `code`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
-        rail_code: Option<String>,
-    },
-}
-
-impl OutcomeIn {
-    /// Normalize; the detail text becomes its digest here and goes no further.
-    pub fn parse(self) -> Result<Outcome, ApiError> {
-        Ok(match self {
-            Self::Accepted { transcript_id } => Outcome::Accepted {
-                transcript_id: TranscriptId::parse(&transcript_id).map_err(|e| {
-                    ApiError::bad_id(ProblemCode::InvalidTranscriptId, "transcript_id", e)
-                })?,
-            },
-            Self::Skipped { reason } => Outcome::Skipped { reason },
-            Self::Retryable {
-                code,
-                detail,
-                rail_code,
-                retry_after_ms,
-            } => {
-                if retry_after_ms.is_some_and(|ms| !fits_i64(ms)) {
-                    return Err(ApiError::validation(
-                        ProblemCode::InvalidRetryAfter,
-                        "retry_after_ms must be at most 9223372036854775807",
-                    ));
-                }
-                Outcome::Retryable {
-                    reason: SettlementFailureReason::new(code, &detail)
-                        .with_rail_code(rail_code.as_deref().map(parse_rail_code).transpose()?),
-                    retry_after_ms,
-                }
-            }
-            Self::Permanent {
-                code,
-                detail,
-                rail_code,
-            } => Outcome::Permanent {
-                reason: SettlementFailureReason::new(code, &detail)
-                    .with_rail_code(rail_code.as_deref().map(parse_rail_code).transpose()?),
-            },
-        })
-    }
-}
-
-/// A rail code (`domain::RailCode`).
-pub fn parse_rail_code(value: &str) -> Result<RailCode, ApiError> {
-    RailCode::parse(value)
-        .map_err(|e| ApiError::validation(ProblemCode::InvalidRailCode, e.to_string()))
-}
-
-/// A worker id: 1..=128 bytes, and no control characters.
-pub fn parse_worker_id(value: &str) -> Result<WorkerId, ApiError> {
-    Ok(WorkerId::parse(value)?)
-}
+use super::{parse_receipt_id, parse_worker_id};
+use crate::domain::{Claim, Claimed, LeaseToken, Observation, U63};
+use crate::http::error::{ApiError, ProblemCode};
+use crate::http::middleware::spans;
 
 /// A claimed receipt: what a worker needs to settle it, and the lease under
 /// which it reports the outcome.
@@ -274,7 +135,7 @@ impl TryFrom<ClaimBody> for Claim {
 /// any. The request's span (when traced) learns which receipt and worker it
 /// is about, and the producer's context the claim carries.
 pub fn parse_claim(body: ClaimBody, path_id: Option<&str>) -> Result<Claim, ApiError> {
-    super::spans::note_claim(super::spans::SentClaim {
+    spans::note_claim(spans::SentClaim {
         receipt_id: &body.receipt_id,
         worker_id: &body.lease_owner,
         group: &body.group,
@@ -291,77 +152,10 @@ pub fn parse_claim(body: ClaimBody, path_id: Option<&str>) -> Result<Claim, ApiE
     Ok(claim)
 }
 
-/// One claim and its outcome.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OutcomeRequest {
-    /// The claim exactly as received.
-    pub claim: ClaimBody,
-    pub outcome: OutcomeIn,
-}
-
-impl OutcomeRequest {
-    /// Check both parts.
-    pub fn parse(self, path_id: Option<&str>) -> Result<(Claim, Outcome), ApiError> {
-        Ok((parse_claim(self.claim, path_id)?, self.outcome.parse()?))
-    }
-}
-
-/// Check a batch's size.
-pub fn check_batch_len(len: usize) -> Result<(), ApiError> {
-    if len == 0 || len > MAX_BATCH_ITEMS {
-        return Err(ApiError::validation(
-            ProblemCode::BatchSize,
-            "a batch holds 1..=1024 items",
-        ));
-    }
-    Ok(())
-}
-
-/// Parse one batch item on its own, so one bad item does not refuse the
-/// rest. Items are read from the text sent (not from a parsed value), so
-/// duplicate keys are still seen and numbers keep their exact text.
-pub fn parse_item<T: serde::de::DeserializeOwned>(item: &RawValue) -> Result<T, ApiError> {
-    serde_json::from_str(item.get()).map_err(|e| {
-        if e.is_syntax() || e.is_eof() {
-            // Too deeply nested: the batch parses around it, the item does not.
-            ApiError::malformed(e.to_string())
-        } else {
-            ApiError::validation(ProblemCode::InvalidBody, e.to_string())
-        }
-    })
-}
-
-/// The `receipt_id` of a batch item that could not be parsed, when it has a
-/// usable one.
-#[must_use]
-pub fn item_receipt_id(item: &RawValue, path: &[&str]) -> Option<String> {
-    let item: Value = serde_json::from_str(item.get()).ok()?;
-    let mut at = &item;
-    for key in path {
-        at = at.get(key)?;
-    }
-    at.as_str().map(str::to_owned)
-}
-
-/// The result of one item of `POST /v1/outcomes`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct OutcomeResult {
-    /// The item's `claim.receipt_id`, when it had one.
-    pub receipt_id: Option<String>,
-    /// What the server did with the outcome, when it was recorded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub route: Option<Route>,
-    /// Why the item was refused (then nothing changed for it), e.g. 409
-    /// `lease_conflict` for a claim that is no longer the lease, or
-    /// `lease_expired` for one sent too late.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<Problem>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{GroupName, Priority, ReceiptId, WorkerId};
 
     fn handed_out() -> Claimed {
         Claimed {

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::wire;
 use crate::domain::{GroupLimits, GroupName, Rate, UnixMs};
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::wire;
 use crate::store::{GroupQuery, GroupView};
 
 /// Default and largest page size.

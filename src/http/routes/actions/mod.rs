@@ -2,17 +2,19 @@
 //! "Act on many receipts"; many at once: `bulk`). Every change appends to
 //! the receipt's history, naming the operator's token when it has a name.
 
+pub mod bulk;
+
 use axum::extract::State;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::auth::Caller;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::{ApiJson, ApiPath};
-use super::wire;
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::middleware::auth::Caller;
+use crate::http::wire;
 use crate::store::actions::MAX_REASON_BYTES;
 use crate::store::{ActionRefusal, OperatorAction, ReceiptView};
 

@@ -8,15 +8,15 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::auth::{Caller, Role};
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::ApiQuery;
-use super::wire::{MAX_BATCH_ITEMS, MAX_BODY_BYTES, MAX_OBSERVATION_BYTES, MAX_WAIT_MS};
 use crate::domain::{
     MAX_ID_BYTES, MAX_SETTLEMENT_CLAIM_BATCH, MAX_SETTLEMENT_LEASE_MS,
     MAX_SETTLEMENT_WORKER_ID_BYTES, RetryPolicy,
 };
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::ApiQuery;
+use crate::http::middleware::auth::{Caller, Role};
+use crate::http::wire::{MAX_BATCH_ITEMS, MAX_BODY_BYTES, MAX_OBSERVATION_BYTES, MAX_WAIT_MS};
 use crate::store::postgres::WriterState;
 use crate::store::{BackendKind, StatusView};
 

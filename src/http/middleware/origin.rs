@@ -17,7 +17,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::{ApiError, ProblemCode};
+use crate::http::error::{ApiError, ProblemCode};
 
 /// Host names an anonymous server answers to; `None` (a server with
 /// tokens) answers to any.

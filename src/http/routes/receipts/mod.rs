@@ -1,4 +1,7 @@
-//! Producers hand over receipts; anyone may look one up.
+//! Producers hand over receipts; anyone may look one up (many at once:
+//! `search`).
+
+pub mod search;
 
 use axum::Json;
 use axum::extract::State;
@@ -8,11 +11,11 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::{ApiJson, ApiPath};
-use super::spans;
-use super::wire::{self, ReceiptIn};
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::middleware::spans;
+use crate::http::wire::{self, ReceiptIn};
 use crate::store::{Enqueued, ReceiptView, StatsCounts};
 
 /// Routes of this module.

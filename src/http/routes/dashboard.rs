@@ -4,7 +4,7 @@
 use axum::http::header;
 use axum::response::IntoResponse;
 
-const PAGE: &str = include_str!("../../assets/dashboard.html");
+const PAGE: &str = include_str!("../../../assets/dashboard.html");
 
 /// `GET /`.
 pub async fn page() -> impl IntoResponse {

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
-use super::actions::{actor, parse_reason, refusal};
-use super::auth::Caller;
-use super::error::{ApiError, Problem, ProblemCode};
-use super::extract::{ApiJson, ApiPath};
-use super::receipt_search::FilterIn;
-use super::wire;
 use crate::domain::{ReceiptId, UnixMs};
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::middleware::auth::Caller;
+use crate::http::routes::actions::{actor, parse_reason, refusal};
+use crate::http::routes::receipts::search::FilterIn;
+use crate::http::wire;
 use crate::store::search::SCAN_BUDGET;
 use crate::store::{Acted, ActionResult, OperatorAction, ReceiptFilter, SearchOrder, SearchPage};
 

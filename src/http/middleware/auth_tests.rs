@@ -1,6 +1,8 @@
 //! Tests of the token check and the route table (`auth`).
 
 use super::*;
+use axum::http::Method;
+use utoipa::openapi::path::Operation;
 
 #[test]
 fn tokens_parse_and_refuse_bad_entries() {

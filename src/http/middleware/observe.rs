@@ -15,10 +15,10 @@ use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::auth::{Access, Caller, MatchedRoute, SeenCaller};
-use super::error::Internal;
-use super::metrics::SharedMetrics;
-use super::spans;
+use crate::http::error::Internal;
+use crate::http::middleware::auth::{Access, Caller, MatchedRoute, SeenCaller};
+use crate::http::middleware::metrics::SharedMetrics;
+use crate::http::middleware::spans;
 use crate::telemetry::SharedTelemetry;
 
 const HEADER: &str = "x-request-id";
