@@ -15,9 +15,6 @@
 //! [`ReceiptFilter`] says which receipts, apart from paging, so that other
 //! features (actions on many receipts) can select with it too.
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use super::rows::{ReceiptRow, to_u64};
 use super::{FailureView, LeaseView, ReceiptState, Status, StoreResult};
 use crate::domain::{Priority, RailCode, SettlementFailureCode, WorkerId};
@@ -26,8 +23,7 @@ use crate::domain::{Priority, RailCode, SettlementFailureCode, WorkerId};
 pub const SCAN_BUDGET: usize = 1000;
 
 /// Which receipts a state filter selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StateFilter {
     /// Never attempted and not leased: due now or scheduled for later (as
     /// `pending` in `/v1/status`).
@@ -321,8 +317,7 @@ const fn finished_state(state: StateFilter) -> bool {
 }
 
 /// Page order by `(finalized_at, receipt_id)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SearchOrder {
     /// Latest `finalized_at` first (ties: greatest id first).
     #[default]
@@ -349,13 +344,12 @@ pub struct SearchPage {
 }
 
 /// A receipt as a search returns it (never its lease token or observation).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundReceipt {
     pub receipt_id: String,
     /// Its group (docs/groups.md).
     pub group: String,
     /// Its priority within the group.
-    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: i64,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
@@ -365,16 +359,12 @@ pub struct FoundReceipt {
     /// When the receipt is next due (server ms); null once finished.
     pub next_visible_at_ms: Option<u64>,
     /// The live lease, while one holds the receipt.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,
     /// The last failure, once there was one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<FailureView>,
     /// When it finished (settled, skipped, dead-lettered or canceled), server ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<u64>,
     /// Since when an operator holds it (server ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub held_at_ms: Option<u64>,
 }
 

@@ -27,7 +27,7 @@ use super::routes::api_router;
         (name = "operations", description = "Status, facts, health")
     ),
     // Used only as a query parameter, which does not register its schema.
-    components(schemas(crate::store::SearchOrder))
+    components(schemas(crate::http::wire::SearchOrder))
 )]
 pub struct ApiDoc;
 

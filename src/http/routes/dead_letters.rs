@@ -11,8 +11,8 @@ use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::{ApiPath, ApiQuery};
 use crate::http::middleware::auth::Caller;
 use crate::http::routes::actions::{RedriveIn, act_on_one};
-use crate::http::wire;
-use crate::store::{DeadLetter, DeadLetterCursor, OperatorAction, ReceiptView};
+use crate::http::wire::{self, DeadLetter, ReceiptView};
+use crate::store::{DeadLetterCursor, OperatorAction};
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 100;
@@ -53,7 +53,7 @@ pub struct DeadLettersOut {
     pub next: Option<String>,
 }
 
-fn encode_cursor(letter: &DeadLetter) -> String {
+fn encode_cursor(letter: &crate::store::DeadLetter) -> String {
     format!(
         "{}.{}",
         letter.finalized_at,
@@ -114,7 +114,7 @@ async fn list(
         None
     };
     Ok(Json(DeadLettersOut {
-        dead_letters,
+        dead_letters: dead_letters.into_iter().map(Into::into).collect(),
         next_cursor: next.clone(),
         next,
     }))
@@ -134,7 +134,7 @@ async fn get_one(
 ) -> Result<Json<DeadLetter>, ApiError> {
     let id = wire::parse_receipt_id(&id)?;
     let letter = app.store.dead_letter(&id).await?;
-    letter.map(Json).ok_or_else(|| {
+    letter.map(|letter| Json(letter.into())).ok_or_else(|| {
         ApiError::not_found(
             ProblemCode::DeadLetterNotFound,
             "this receipt is not dead-lettered",
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_any_receipt_id() {
-        let letter = DeadLetter {
+        let letter = crate::store::DeadLetter {
             receipt_id: "a.b/é%2F".into(),
             finalized_at: 7,
             attempts: 1,

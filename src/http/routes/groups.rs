@@ -12,7 +12,8 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::wire;
-use crate::store::{GroupQuery, GroupView};
+use crate::http::wire::GroupView;
+use crate::store::GroupQuery;
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 100;
@@ -86,6 +87,7 @@ async fn list(
     let next = (groups.len() == limit)
         .then(|| groups.last().map(|g| g.group.clone()))
         .flatten();
+    let groups = groups.into_iter().map(Into::into).collect();
     Ok(Json(GroupsOut { groups, next }))
 }
 
@@ -119,7 +121,7 @@ async fn one(app: &AppState, group: &GroupName, now: UnixMs) -> Result<Json<Grou
         )
         .await?
         .pop()
-        .map(Json)
+        .map(|group| Json(group.into()))
         .ok_or_else(|| ApiError::not_found(ProblemCode::GroupNotFound, "unknown group"))
 }
 

@@ -16,9 +16,9 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::ApiQuery;
 use crate::http::middleware::auth::{Caller, Role};
+use crate::http::wire::{BackendKind, StatusView};
 use crate::http::wire::{MAX_BATCH_ITEMS, MAX_BODY_BYTES, MAX_OBSERVATION_BYTES, MAX_WAIT_MS};
 use crate::store::postgres::WriterState;
-use crate::store::{BackendKind, StatusView};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -55,7 +55,8 @@ async fn status(
             "limit must be 1..=4096",
         ));
     }
-    Ok(Json(app.store.status_at_a_glance(app.now(), limit).await?))
+    let status = app.store.status_at_a_glance(app.now(), limit).await?;
+    Ok(Json(status.into()))
 }
 
 /// Bounds a client must respect.
@@ -137,7 +138,7 @@ async fn info(State(app): State<AppState>, caller: Option<Extension<Caller>>) ->
         }),
         database: app.store.writer().map(DatabaseOut::from),
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        backend: app.store.backend(),
+        backend: app.store.backend().into(),
         store_binding: app.store.settlement_store_binding().to_hex(),
         retry_policy: app.policy,
         limits: Limits {

@@ -4,13 +4,23 @@
 
 mod batch;
 mod claim;
+mod feed;
+mod history_entry;
 mod outcome;
 mod receipt_in;
+mod receipt_view;
+mod search;
+mod status;
 
 pub use batch::{check_batch_len, item_receipt_id, parse_item};
 pub use claim::{ClaimBody, parse_claim};
+pub use feed::FeedEntry;
+pub use history_entry::{HistoryEntry, HistoryOutcome, RouteKind};
 pub use outcome::{OutcomeIn, OutcomeRequest, OutcomeResult};
 pub use receipt_in::{ReceiptIn, header_trace};
+pub use receipt_view::{DeadLetter, FailureView, LeaseView, ReceiptState, ReceiptView};
+pub use search::{FoundReceipt, SearchOrder, StateFilter};
+pub use status::{BackendKind, GroupView, ReceiptSummary, StateCounts, StateSample, StatusView};
 
 use crate::domain::{GroupName, Priority, RailCode, ReceiptId, WorkerId};
 use crate::http::error::{ApiError, ProblemCode};

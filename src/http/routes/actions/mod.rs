@@ -14,9 +14,9 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::{ApiJson, ApiPath};
 use crate::http::middleware::auth::Caller;
-use crate::http::wire;
+use crate::http::wire::{self, ReceiptView};
 use crate::store::actions::MAX_REASON_BYTES;
-use crate::store::{ActionRefusal, OperatorAction, ReceiptView};
+use crate::store::{ActionRefusal, OperatorAction};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -110,7 +110,7 @@ pub(super) async fn act_on_one(
         (_, refused) => refusal(refused),
     })?;
     let view = app.store.receipt(&id, now).await?;
-    view.map(Json)
+    view.map(|view| Json(view.into()))
         .ok_or_else(|| ApiError::unavailable("acted-on receipt not readable"))
 }
 

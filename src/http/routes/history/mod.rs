@@ -17,7 +17,8 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::ApiQuery;
 use crate::http::middleware::auth::Caller;
-use crate::store::{FeedEntry, FeedPosition, FeedRead, FeedStart, StoreResult};
+use crate::http::wire::FeedEntry;
+use crate::store::{self, FeedPosition, FeedRead, FeedStart, StoreResult};
 pub use stream::{Hold, KeepBusy};
 use stream::{admit, stream, stream_start, wants_stream};
 
@@ -74,7 +75,7 @@ fn parse_start(text: Option<&str>) -> Result<FeedStart, ApiError> {
 }
 
 /// A read's entries and where to continue, or the problem a reader must see.
-fn page(read: FeedRead) -> Result<(Vec<FeedEntry>, FeedPosition), ApiError> {
+fn page(read: FeedRead) -> Result<(Vec<store::FeedEntry>, FeedPosition), ApiError> {
     match read {
         FeedRead::Page { entries, next } => Ok((entries, next)),
         FeedRead::Expired { horizon } => Err(ApiError::gone(
@@ -169,7 +170,7 @@ async fn history(
     };
     let (entries, next) = page(app.checked(detached(&app, start, limit).await)?)?;
     Ok(Json(FeedPage {
-        entries,
+        entries: entries.into_iter().map(Into::into).collect(),
         next_cursor: next.to_string(),
     })
     .into_response())

@@ -26,7 +26,8 @@ use crate::http::error::{ApiError, ProblemCode};
 use crate::http::middleware::auth::Caller;
 use crate::http::middleware::metrics::SharedMetrics;
 use crate::http::middleware::stream_cap::{RETRY_AFTER_S, Refused, Slot};
-use crate::store::{FeedEntry, FeedPosition, FeedStart};
+use crate::http::wire::FeedEntry;
+use crate::store::{self, FeedPosition, FeedStart};
 
 /// Entries a stream reads per store call.
 const STREAM_BATCH: usize = 500;
@@ -106,7 +107,7 @@ impl Drop for Open {
 struct Follow {
     app: AppState,
     position: FeedPosition,
-    pending: VecDeque<FeedEntry>,
+    pending: VecDeque<store::FeedEntry>,
     /// Set once the stream sent its last event.
     done: bool,
     _open: Open,
@@ -146,6 +147,7 @@ impl Follow {
         }
         loop {
             if let Some(entry) = self.pending.pop_front() {
+                let entry = FeedEntry::from(entry);
                 let data = serde_json::to_string(&entry).unwrap_or_default();
                 self.app.metrics.history_event();
                 let event = Event::default().id(entry.cursor).data(data);

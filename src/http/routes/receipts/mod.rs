@@ -15,8 +15,8 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::{ApiJson, ApiPath};
 use crate::http::middleware::spans;
-use crate::http::wire::{self, ReceiptIn};
-use crate::store::{Enqueued, ReceiptView, StatsCounts};
+use crate::http::wire::{self, ReceiptIn, ReceiptView};
+use crate::store::{Enqueued, StatsCounts};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -64,7 +64,7 @@ async fn enqueue(
     };
     let view = app.store.receipt(&receipt.receipt_id, now).await?;
     let view = view.ok_or_else(|| ApiError::unavailable("enqueued receipt not readable"))?;
-    Ok((status, Json(view)))
+    Ok((status, Json(view.into())))
 }
 
 /// A batch of receipts to enqueue.
@@ -186,6 +186,6 @@ async fn get_receipt(
 ) -> Result<Json<ReceiptView>, ApiError> {
     let id = wire::parse_receipt_id(&id)?;
     let view = app.store.receipt(&id, app.now()).await?;
-    view.map(Json)
+    view.map(|view| Json(view.into()))
         .ok_or_else(|| ApiError::not_found(ProblemCode::ReceiptNotFound, "no receipt with this id"))
 }

@@ -16,8 +16,9 @@ use crate::domain::{
 use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::ApiQuery;
-use crate::store::search::{FoundReceipt, Range, SearchKey, StateFilter};
-use crate::store::{ReceiptFilter, SearchOrder, SearchPage};
+use crate::http::wire::{FoundReceipt, SearchOrder, StateFilter};
+use crate::store::search::{Range, SearchKey};
+use crate::store::{self, ReceiptFilter, SearchPage};
 
 /// Default and largest page size.
 const DEFAULT_PAGE: usize = 50;
@@ -29,7 +30,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// Filters and paging. Every filter given must hold; unknown parameters are refused.
-#[derive(Debug, Default, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct FindQuery {
@@ -93,28 +94,6 @@ pub struct FilterIn {
     pub rail_code: Option<String>,
 }
 
-impl FilterIn {
-    /// The filter, refused as `GET /v1/receipts` would refuse it.
-    pub fn parse(self) -> Result<ReceiptFilter, ApiError> {
-        FindQuery {
-            state: self.state,
-            code: self.code,
-            owner: self.owner,
-            prefix: self.prefix,
-            finalized_from: self.finalized_from,
-            finalized_to: self.finalized_to,
-            finished_from_ms: self.finished_from_ms,
-            finished_to_ms: self.finished_to_ms,
-            held: self.held,
-            group: self.group,
-            priority: self.priority,
-            rail_code: self.rail_code,
-            ..FindQuery::default()
-        }
-        .filter()
-    }
-}
-
 /// A page of receipts.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct FoundReceipts {
@@ -146,9 +125,9 @@ fn range(from: Option<u64>, to: Option<u64>, names: (&str, &str)) -> Result<Rang
     Ok(range)
 }
 
-impl FindQuery {
-    /// The filter, refusing every bad value.
-    pub fn filter(&self) -> Result<ReceiptFilter, ApiError> {
+impl FilterIn {
+    /// The filter, refusing every bad value as `GET /v1/receipts` refuses it.
+    pub fn parse(self) -> Result<ReceiptFilter, ApiError> {
         let owner = self
             .owner
             .as_deref()
@@ -171,7 +150,7 @@ impl FindQuery {
             .transpose()
             .map_err(|e: IdError| ApiError::bad_id(ProblemCode::InvalidReceiptId, "prefix", e))?;
         Ok(ReceiptFilter {
-            state: self.state,
+            state: self.state.map(Into::into),
             code: self.code,
             owner,
             prefix,
@@ -203,6 +182,28 @@ impl FindQuery {
                 .transpose()?,
         })
     }
+}
+
+impl FindQuery {
+    /// The filter, refusing every bad value: the query's filters read as a
+    /// bulk action's `filter` is.
+    pub fn filter(&self) -> Result<ReceiptFilter, ApiError> {
+        FilterIn {
+            state: self.state,
+            code: self.code,
+            owner: self.owner.clone(),
+            prefix: self.prefix.clone(),
+            finalized_from: self.finalized_from,
+            finalized_to: self.finalized_to,
+            finished_from_ms: self.finished_from_ms,
+            finished_to_ms: self.finished_to_ms,
+            held: self.held,
+            group: self.group.clone(),
+            priority: self.priority,
+            rail_code: self.rail_code.clone(),
+        }
+        .parse()
+    }
 
     /// The page, refusing a bad limit or a cursor of another query.
     pub fn page(&self, filter: &ReceiptFilter) -> Result<SearchPage, ApiError> {
@@ -213,7 +214,7 @@ impl FindQuery {
                 "limit must be 1..=500",
             ));
         }
-        let order = self.order.unwrap_or_default();
+        let order = self.order.unwrap_or_default().into();
         let after = self
             .cursor
             .as_deref()
@@ -228,17 +229,17 @@ impl FindQuery {
 }
 
 /// What a cursor is bound to: the filter and the order, hashed.
-fn fingerprint(filter: &ReceiptFilter, order: SearchOrder) -> String {
+fn fingerprint(filter: &ReceiptFilter, order: store::SearchOrder) -> String {
     let order = match order {
-        SearchOrder::Newest => "newest",
-        SearchOrder::Oldest => "oldest",
+        store::SearchOrder::Newest => "newest",
+        store::SearchOrder::Oldest => "oldest",
     };
     let digest = Sha256::digest(format!("{};order={order}", filter.canonical()));
     hex::encode(&digest[..8])
 }
 
 /// `FINALIZED_AT.HEX_ID.FINGERPRINT`: opaque to clients.
-fn encode_cursor(key: &SearchKey, filter: &ReceiptFilter, order: SearchOrder) -> String {
+fn encode_cursor(key: &SearchKey, filter: &ReceiptFilter, order: store::SearchOrder) -> String {
     format!(
         "{}.{}.{}",
         key.finalized_at,
@@ -250,7 +251,7 @@ fn encode_cursor(key: &SearchKey, filter: &ReceiptFilter, order: SearchOrder) ->
 fn decode_cursor(
     text: &str,
     filter: &ReceiptFilter,
-    order: SearchOrder,
+    order: store::SearchOrder,
 ) -> Result<SearchKey, ApiError> {
     let bad = || {
         ApiError::validation(
@@ -307,7 +308,7 @@ async fn find(
         .next
         .map(|key| encode_cursor(&key, &filter, page.order));
     Ok(Json(FoundReceipts {
-        receipts: found.receipts,
+        receipts: found.receipts.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
 }
@@ -319,26 +320,26 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_refuse_other_queries() {
         let filter = ReceiptFilter {
-            state: Some(StateFilter::Pending),
+            state: Some(store::search::StateFilter::Pending),
             ..ReceiptFilter::default()
         };
         let key = SearchKey {
             finalized_at: 7,
             receipt_id: "a.b/é%2F".into(),
         };
-        let cursor = encode_cursor(&key, &filter, SearchOrder::Newest);
+        let cursor = encode_cursor(&key, &filter, store::SearchOrder::Newest);
         assert_eq!(
-            decode_cursor(&cursor, &filter, SearchOrder::Newest).unwrap(),
+            decode_cursor(&cursor, &filter, store::SearchOrder::Newest).unwrap(),
             key
         );
-        assert!(decode_cursor(&cursor, &filter, SearchOrder::Oldest).is_err());
+        assert!(decode_cursor(&cursor, &filter, store::SearchOrder::Oldest).is_err());
         let other = ReceiptFilter {
-            state: Some(StateFilter::Scheduled),
+            state: Some(store::search::StateFilter::Scheduled),
             ..ReceiptFilter::default()
         };
-        assert!(decode_cursor(&cursor, &other, SearchOrder::Newest).is_err());
+        assert!(decode_cursor(&cursor, &other, store::SearchOrder::Newest).is_err());
         for bad in ["", "garbage", "1.zz.00", "1.61", "1.00.x.y"] {
-            assert!(decode_cursor(bad, &filter, SearchOrder::Newest).is_err());
+            assert!(decode_cursor(bad, &filter, store::SearchOrder::Newest).is_err());
         }
     }
 }
