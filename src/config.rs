@@ -182,7 +182,7 @@ pub struct ServeArgs {
     pub max_streams: Option<usize>,
     /// Most history event streams one token may hold open (1..=100000; without tokens every
     /// caller is one caller).
-    #[arg(long, env = "SETTLED_MAX_STREAMS_PER_CALLER", default_value_t = crate::http::streams::MAX_STREAMS_PER_CALLER,
+    #[arg(long, env = "SETTLED_MAX_STREAMS_PER_CALLER", default_value_t = crate::http::middleware::stream_cap::MAX_STREAMS_PER_CALLER,
         value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as usize))]
     pub max_streams_per_caller: usize,
     /// Without tokens, a host name (besides localhost and loopback addresses) that requests
@@ -264,7 +264,7 @@ impl ServeArgs {
                 ));
             }
             Some(n) => n,
-            None => crate::http::streams::MAX_STREAMS.min(self.max_connections / 4),
+            None => crate::http::middleware::stream_cap::MAX_STREAMS.min(self.max_connections / 4),
         };
         Ok(crate::http::StreamLimits {
             total,

@@ -1,7 +1,10 @@
 //! Start-up, connections and graceful shutdown.
 
+mod accepted;
 mod clock_sync;
 mod connections;
+
+use accepted::{AcceptFailures, Shared};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,8 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServeArgs;
-use crate::http::auth::Tokens;
-use crate::http::origin::AllowedHosts;
+use crate::http::middleware::auth::Tokens;
+use crate::http::middleware::origin::AllowedHosts;
 use crate::http::{AppState, REQUEST_TIMEOUT, app};
 use crate::store::{OpenError, open_store};
 
@@ -44,7 +47,7 @@ pub enum StartError {
     #[error("invalid --allowed-host: {0}")]
     AllowedHost(String),
     #[error("invalid token: {0}")]
-    Token(#[from] crate::http::auth::TokenError),
+    Token(#[from] crate::http::middleware::auth::TokenError),
     #[error("server failed: {0}")]
     Serve(std::io::Error),
 }
@@ -246,7 +249,7 @@ pub async fn serve_with(
         limits,
         stopping: watch::channel(false).0,
     });
-    let flusher = tokio::spawn(crate::http::stats::flush_every(
+    let flusher = tokio::spawn(crate::http::rate_counts::flush_every(
         stats.clone(),
         stats.stats_every(),
         server.stopping.subscribe(),
@@ -309,108 +312,6 @@ pub async fn serve_with(
     let _ = flusher.await;
     let _ = stats.flush_stats().await;
     Ok(())
-}
-
-/// How long a connection accepted before shutdown, on which no request has
-/// started yet, may take to start one once shutdown begins. Its request is
-/// most likely already on the way; a silent one is closed after this.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(5);
-
-/// What every connection of one server shares.
-struct Shared {
-    router: axum::Router,
-    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
-    registry: Arc<connections::Registry>,
-    limits: Limits,
-    stopping: watch::Sender<bool>,
-}
-
-impl Shared {
-    /// Serve one accepted connection on its own task, within the limits.
-    fn serve(self: &Arc<Self>, stream: tokio::net::TcpStream) {
-        use hyper_util::rt::TokioIo;
-
-        if self.registry.len() >= self.limits.max_connections && !self.registry.close_longest_idle()
-        {
-            tracing::warn!(
-                max_connections = self.limits.max_connections,
-                "connection refused: at the connection cap and every connection is busy"
-            );
-            return;
-        }
-        let connection = self.registry.open();
-        let service = {
-            let (router, connection) = (self.router.clone(), connection.clone());
-            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                let busy = connection.busy();
-                let mut request = request.map(axum::body::Body::new);
-                // A streamed response (the history feed) keeps its
-                // connection busy past its handler, for as long as it streams.
-                request
-                    .extensions_mut()
-                    .insert(crate::http::KeepBusy(connection.clone()));
-                let response = tower::ServiceExt::oneshot(router.clone(), request);
-                async move {
-                    let response = response.await;
-                    drop(busy);
-                    response
-                }
-            })
-        };
-        let server = self.clone();
-        tokio::spawn(async move {
-            let served = server
-                .builder
-                .serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(served);
-            let idle_timeout = server.limits.idle_timeout;
-            let mut stopping = server.stopping.subscribe();
-            // Dropping the connection (returning) closes its socket.
-            tokio::select! {
-                _ = served.as_mut() => return,
-                () = connection.closing(idle_timeout) => return,
-                _ = stopping.wait_for(|s| *s) => {}
-            }
-            if !connection.has_started_a_request() {
-                tokio::select! {
-                    _ = served.as_mut() => return,
-                    () = connection.closing(idle_timeout) => return,
-                    () = connection.first_request(FIRST_REQUEST_GRACE) => {}
-                }
-            }
-            // Finish the request in progress, then close.
-            served.as_mut().graceful_shutdown();
-            let _ = served.await;
-        });
-    }
-}
-
-/// Failed accepts, logged at most once a second so that a flood of
-/// connections while out of file descriptors does not flood the log too.
-#[derive(Default)]
-struct AcceptFailures {
-    logged_at: Option<std::time::Instant>,
-    unlogged: u64,
-}
-
-impl AcceptFailures {
-    fn record(&mut self, error: &std::io::Error) {
-        self.unlogged += 1;
-        if self
-            .logged_at
-            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
-        {
-            return;
-        }
-        tracing::warn!(
-            error = %error,
-            failures = self.unlogged,
-            "accept failed (out of file descriptors? raise `ulimit -n` or lower --max-connections); \
-             closing the connection idle longest"
-        );
-        self.logged_at = Some(std::time::Instant::now());
-        self.unlogged = 0;
-    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is

@@ -8,7 +8,7 @@ use axum::http::header;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::error::{ApiError, ProblemCode};
+use crate::http::error::{ApiError, ProblemCode};
 
 /// A JSON body; unknown fields, wrong types and oversized bodies are refused.
 pub struct ApiJson<T>(pub T);

@@ -1,37 +1,22 @@
-//! The HTTP API: routes composed in one place, each module owning its own.
+//! The HTTP API: the state every handler shares and the application, its
+//! routes (`routes`, one module per resource) wrapped in the middleware
+//! (`middleware`) once. Request and response bodies are in `wire`.
 
-mod actions;
-pub mod auth;
-mod bulk;
-mod claims;
-mod dashboard;
-mod dead_letters;
 pub mod error;
 mod extract;
-mod groups;
-mod history_feed;
-pub mod metrics;
-mod observe;
-mod ops;
-pub mod origin;
-mod outcomes;
-mod receipt_search;
-mod receipts;
-mod spans;
-mod spec;
-pub mod stats;
-pub mod streams;
+mod long_polls;
+pub mod middleware;
+mod openapi;
+pub mod rate_counts;
+mod routes;
 mod strict_json;
-mod waiting;
 pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
@@ -39,16 +24,16 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
-use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::clock::Clock;
 use crate::domain::RetryPolicy;
 use crate::store::SharedStore;
 use error::ApiError;
-pub use history_feed::{Hold, KeepBusy};
-pub use streams::StreamLimits;
+pub use middleware::stream_cap::StreamLimits;
+use middleware::{auth, metrics, observe, origin, spans, stream_cap};
+pub use openapi::{openapi, openapi_yaml};
+pub use routes::history::{Hold, KeepBusy};
 
 /// Longest time any request may take; above the longest long-poll wait.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,10 +53,10 @@ pub struct AppState {
     tokens: auth::Tokens,
     allowed_hosts: origin::AllowedHosts,
     metrics: metrics::SharedMetrics,
-    waits: Arc<waiting::Waits>,
-    stats: Arc<stats::Recorder>,
+    waits: Arc<long_polls::Waits>,
+    stats: Arc<rate_counts::Recorder>,
     stats_every: Duration,
-    streams: Arc<streams::Streams>,
+    streams: Arc<stream_cap::Streams>,
     telemetry: Option<crate::telemetry::SharedTelemetry>,
 }
 
@@ -96,7 +81,7 @@ impl AppState {
             metrics: Arc::default(),
             waits: Arc::default(),
             stats: Arc::default(),
-            stats_every: stats::FLUSH_EVERY,
+            stats_every: rate_counts::FLUSH_EVERY,
             streams: Arc::default(),
             telemetry: None,
         }
@@ -119,12 +104,12 @@ impl AppState {
     /// Cap the event streams open at once (default [`StreamLimits::default`]).
     #[must_use]
     pub fn with_stream_limits(mut self, limits: StreamLimits) -> Self {
-        self.streams = Arc::new(streams::Streams::new(limits));
+        self.streams = Arc::new(stream_cap::Streams::new(limits));
         self
     }
 
     /// Add this server's rate counts to the database every `every`
-    /// (default [`stats::FLUSH_EVERY`]) while it serves.
+    /// (default [`rate_counts::FLUSH_EVERY`]) while it serves.
     #[must_use]
     pub fn with_stats_every(mut self, every: Duration) -> Self {
         self.stats_every = every;
@@ -140,7 +125,7 @@ impl AppState {
     /// Add this server's rate counts to the database now (the server does
     /// it every [`Self::stats_every`] and once more when it stops).
     pub async fn flush_stats(&self) -> crate::store::StoreResult<()> {
-        stats::flush(self).await
+        rate_counts::flush(self).await
     }
 
     /// Require these bearer tokens on `/v1` (none: anonymous access).
@@ -191,7 +176,7 @@ impl AppState {
         let route = self.checked(result)?;
         spans::note_route(&route);
         self.metrics.routed(claim, input, &route, self.now().get());
-        self.tally(&stats::routed(input, &route));
+        self.tally(&rate_counts::routed(input, &route));
         Ok(route)
     }
 
@@ -208,80 +193,6 @@ impl AppState {
         let mut rx = self.shutdown.clone();
         let _ = rx.wait_for(|stop| *stop).await;
     }
-}
-
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "settled",
-        description = "Settles payment receipts reliably: producers enqueue receipts, workers claim them \
-            under a lease and report outcomes, and the service routes each outcome atomically \
-            (done, retry later with backoff, or dead-letter). Every error is application/problem+json \
-            with a stable `code` and a `class`."
-    ),
-    tags(
-        (name = "receipts", description = "Enqueue and inspect receipts"),
-        (name = "claims", description = "Lease due work"),
-        (name = "outcomes", description = "Report outcomes; extend or release leases"),
-        (name = "dead letters", description = "Inspect and redrive failed receipts"),
-        (name = "operator actions", description = "Hold, unhold and cancel receipts; act on many at once"),
-        (name = "history", description = "Follow every history entry in commit order"),
-        (name = "operations", description = "Status, facts, health")
-    ),
-    // Used only as a query parameter, which does not register its schema.
-    components(schemas(crate::store::SearchOrder))
-)]
-struct ApiDoc;
-
-fn api_router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(receipts::routes())
-        .merge(receipt_search::routes())
-        .merge(claims::routes())
-        .merge(groups::routes())
-        .merge(outcomes::routes())
-        .merge(dead_letters::routes())
-        .merge(actions::routes())
-        .merge(bulk::routes())
-        .merge(ops::routes())
-        .merge(history_feed::routes())
-        .merge(stats::routes())
-}
-
-/// The OpenAPI document as YAML: what `openapi.yaml` holds and `/openapi.yaml`
-/// serves. Rendered from its JSON text because, with serde_json's
-/// `arbitrary_precision`, the numbers of the request examples serialize as
-/// numbers only through serde_json itself.
-#[must_use]
-pub fn openapi_yaml() -> String {
-    let json = serde_json::to_string(&openapi()).expect("the document serializes");
-    let value: yaml_serde::Value = yaml_serde::from_str(&json).expect("JSON text is YAML");
-    yaml_serde::to_string(&value).expect("the document renders as YAML")
-}
-
-/// The OpenAPI document, derived from the routes themselves.
-#[must_use]
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    let mut doc = api_router().into_openapi();
-    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    spec::refine(&mut doc);
-    doc
-}
-
-async fn time_limit(request: Request, next: Next) -> Response {
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::time_limit(REQUEST_TIMEOUT).into_response(),
-    }
-}
-
-fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned());
-    ApiError::internal(format!("handler panicked: {message}")).into_response()
 }
 
 /// Paths served outside the OpenAPI document.
@@ -317,7 +228,7 @@ pub fn app(state: AppState) -> Router {
     } else {
         origin::AllowedHosts::any()
     };
-    let (router, doc) = api_router().split_for_parts();
+    let (router, doc) = routes::api_router().split_for_parts();
     let access =
         auth::Access::of(&doc, other_templates()).expect("every /v1 operation declares its roles");
     let guard = auth::Guard {
@@ -325,9 +236,9 @@ pub fn app(state: AppState) -> Router {
         access: access.clone(),
     };
     let routes = router
-        .route(OPENAPI_YAML, get(ops::openapi_yaml))
+        .route(OPENAPI_YAML, get(routes::operations::openapi_yaml))
         .route(METRICS, get(metrics::metrics))
-        .route(DASHBOARD, get(dashboard::page))
+        .route(DASHBOARD, get(routes::dashboard::page))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
         .with_state(state)
@@ -336,7 +247,7 @@ pub fn app(state: AppState) -> Router {
     // route (`Router::layer`): axum clones a route's whole layered stack, a
     // boxed service per layer, on every request it serves.
     let layered = ServiceBuilder::new()
-        .layer(middleware::from_fn_with_state(
+        .layer(axum::middleware::from_fn_with_state(
             observe::Observer {
                 metrics,
                 telemetry,
@@ -344,12 +255,15 @@ pub fn app(state: AppState) -> Router {
             },
             observe::observe,
         ))
-        .layer(middleware::from_fn_with_state(hosts, origin::guard))
-        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn_with_state(hosts, origin::guard))
+        .layer(CatchPanicLayer::custom(middleware::panic_response))
         .layer(CompressionLayer::new())
-        .layer(middleware::from_fn(time_limit))
+        .layer(axum::middleware::from_fn(middleware::time_limit))
         .layer(DefaultBodyLimit::max(wire::MAX_BODY_BYTES))
-        .layer(middleware::from_fn_with_state(guard, auth::require_token))
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            auth::require_token,
+        ))
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .service(routes);
     Router::new().fallback_service(layered)

@@ -92,8 +92,7 @@ pub enum ReceiptClaim {
 pub type DeadLetterCursor = (u64, String);
 
 /// Which database this server stores receipts in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     Sqlite,
     Postgres,

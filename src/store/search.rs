@@ -15,9 +15,6 @@
 //! [`ReceiptFilter`] says which receipts, apart from paging, so that other
 //! features (actions on many receipts) can select with it too.
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use super::rows::{ReceiptRow, to_u64};
 use super::{FailureView, LeaseView, ReceiptState, Status, StoreResult};
 use crate::domain::{Priority, RailCode, SettlementFailureCode, WorkerId};
@@ -26,8 +23,7 @@ use crate::domain::{Priority, RailCode, SettlementFailureCode, WorkerId};
 pub const SCAN_BUDGET: usize = 1000;
 
 /// Which receipts a state filter selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StateFilter {
     /// Never attempted and not leased: due now or scheduled for later (as
     /// `pending` in `/v1/status`).
@@ -321,8 +317,7 @@ const fn finished_state(state: StateFilter) -> bool {
 }
 
 /// Page order by `(finalized_at, receipt_id)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SearchOrder {
     /// Latest `finalized_at` first (ties: greatest id first).
     #[default]
@@ -349,13 +344,12 @@ pub struct SearchPage {
 }
 
 /// A receipt as a search returns it (never its lease token or observation).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundReceipt {
     pub receipt_id: String,
     /// Its group (docs/groups.md).
     pub group: String,
     /// Its priority within the group.
-    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: i64,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
@@ -365,16 +359,12 @@ pub struct FoundReceipt {
     /// When the receipt is next due (server ms); null once finished.
     pub next_visible_at_ms: Option<u64>,
     /// The live lease, while one holds the receipt.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,
     /// The last failure, once there was one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<FailureView>,
     /// When it finished (settled, skipped, dead-lettered or canceled), server ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<u64>,
     /// Since when an operator holds it (server ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub held_at_ms: Option<u64>,
 }
 
@@ -391,86 +381,5 @@ mod sql;
 pub use sql::{Bind, Dialect, SEARCH_COLUMNS, Source, Statement, assemble, statement};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_state_reads_only_the_indexes_that_can_hold_it() {
-        let with = |state| ReceiptFilter {
-            state,
-            ..ReceiptFilter::default()
-        };
-        // Two active indexes, and one status range per finished state.
-        assert_eq!(with(None).sources().len(), 6);
-        let held = ReceiptFilter {
-            held: Some(true),
-            ..ReceiptFilter::default()
-        };
-        assert_eq!(held.sources(), [Source::Fresh, Source::Retried]);
-        assert_eq!(
-            with(Some(StateFilter::Scheduled)).sources(),
-            [Source::Fresh]
-        );
-        let owner = ReceiptFilter {
-            owner: Some(WorkerId::parse("w").unwrap()),
-            state: Some(StateFilter::Pending),
-            ..ReceiptFilter::default()
-        };
-        assert!(owner.sources().is_empty());
-        let finished = ReceiptFilter {
-            finished_ms: Range {
-                from: Some(1),
-                to: None,
-            },
-            ..ReceiptFilter::default()
-        };
-        assert_eq!(finished.sources().len(), 4);
-        let finished_pending = ReceiptFilter {
-            state: Some(StateFilter::Pending),
-            ..finished
-        };
-        assert!(finished_pending.sources().is_empty());
-        let code = ReceiptFilter {
-            code: Some(SettlementFailureCode::Rpc),
-            ..ReceiptFilter::default()
-        };
-        assert_eq!(code.sources(), [Source::Failed(SettlementFailureCode::Rpc)]);
-        assert!(!code.checks_rows());
-        let code_and_owner_pending = ReceiptFilter {
-            owner: Some(WorkerId::parse("w").unwrap()),
-            state: Some(StateFilter::Pending),
-            ..code
-        };
-        assert!(code_and_owner_pending.sources().is_empty());
-    }
-
-    #[test]
-    fn the_cursor_bounds_the_range_instead_of_the_filter() {
-        let filter = ReceiptFilter {
-            finalized: Range {
-                from: Some(10),
-                to: Some(20),
-            },
-            ..ReceiptFilter::default()
-        };
-        let page = SearchPage {
-            order: SearchOrder::Newest,
-            limit: 5,
-            after: Some(SearchKey {
-                finalized_at: 15,
-                receipt_id: "r".into(),
-            }),
-        };
-        let s = statement(Dialect::Sqlite, &filter, &page, 0, 6)
-            .unwrap()
-            .unwrap();
-        assert!(
-            s.sql.contains("(finalized_at, receipt_id) < (?1, ?2)"),
-            "{}",
-            s.sql
-        );
-        assert!(s.sql.contains("finalized_at >= ?3"), "{}", s.sql);
-        assert!(!s.sql.contains("finalized_at < ?"), "{}", s.sql);
-        assert_eq!(s.sql.matches(" UNION ALL ").count(), 5, "{}", s.sql);
-    }
-}
+#[path = "search_tests.rs"]
+mod tests;

@@ -1,16 +1,16 @@
 //! What the store reports: receipt state, history, dead letters and status.
-//! These are also the HTTP response bodies.
+//! The HTTP API answers with bodies of its own, converted from these, so
+//! these can change without changing the API.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{Observation, SettlementFailureCode, SettlementSkipReason};
+use crate::domain::{SettlementFailureCode, SettlementSkipReason};
 
 /// Where a receipt stands, as seen at one instant of the server clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ReceiptState {
     /// Due (or waiting for its `visible_at_ms`), never attempted.
     Pending,
@@ -56,7 +56,7 @@ impl ReceiptState {
 }
 
 /// The live lease of a receipt (never its token).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseView {
     /// Worker holding the lease.
     pub owner: String,
@@ -65,7 +65,7 @@ pub struct LeaseView {
 }
 
 /// The last failure recorded for a receipt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureView {
     /// Failure code.
     pub code: SettlementFailureCode,
@@ -73,12 +73,11 @@ pub struct FailureView {
     pub detail_sha256: String,
     /// The rail's own code for the failure (e.g. `card_declined`), when the
     /// worker gave one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rail_code: Option<String>,
 }
 
 /// A receipt that failed for good and waits for an operator.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
     pub receipt_id: String,
     /// The producer's `finalized_at` (Unix seconds).
@@ -110,7 +109,7 @@ pub struct HistoryEntry {
     /// `attempts: 1` (one failure). For `released` and `redrive`: the
     /// receipt's `attempts` at that moment. A redrive starts the count again.
     pub attempt: u32,
-    #[schema(value_type = HistoryOutcome)]
+    /// A [`HistoryOutcome`] label.
     pub outcome: String,
     /// The failure code of a `retryable` or `permanent` outcome.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,7 +133,6 @@ pub struct HistoryEntry {
     pub observed_at_ms: u64,
     /// What the server did with an outcome; absent for releases and redrives.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<RouteKind>)]
     pub route: Option<String>,
     /// The name of the operator's token, for an operator's action taken
     /// with a named token (`--token operator:NAME:TOKEN`).
@@ -153,7 +151,7 @@ pub struct HistoryEntry {
 /// What a history entry records: the outcome a worker reported (`accepted`,
 /// `skipped`, `retryable`, `permanent`), a lease it gave back (`released`),
 /// or an operator's action (`redrive`, `hold`, `unhold`, `cancel`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HistoryOutcome {
     Accepted,
@@ -167,10 +165,25 @@ pub enum HistoryOutcome {
     Cancel,
 }
 
+impl HistoryOutcome {
+    /// Every label.
+    pub const ALL: [Self; 9] = [
+        Self::Accepted,
+        Self::Skipped,
+        Self::Retryable,
+        Self::Permanent,
+        Self::Released,
+        Self::Redrive,
+        Self::Hold,
+        Self::Unhold,
+        Self::Cancel,
+    ];
+}
+
 /// What the server did with an outcome: `no_action` (finished: settled or
 /// skipped), `retry_scheduled` (due again after a backoff) or
 /// `dead_lettered` (failed for good).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouteKind {
     NoAction,
@@ -178,15 +191,19 @@ pub enum RouteKind {
     DeadLettered,
 }
 
+impl RouteKind {
+    /// Every label.
+    pub const ALL: [Self; 3] = [Self::NoAction, Self::RetryScheduled, Self::DeadLettered];
+}
+
 /// A receipt's full state. Never contains the lease token.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReceiptView {
     pub receipt_id: String,
     /// Its group (docs/groups.md): `default` unless the producer named one.
     pub group: String,
     /// Its priority within the group (docs/groups.md, "Priorities"):
     /// -1000..=1000, higher first; 0 unless the producer gave one.
-    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: i64,
     /// The producer's `finalized_at` (Unix seconds).
     pub finalized_at: u64,
@@ -202,36 +219,28 @@ pub struct ReceiptView {
     /// When the receipt is next due (server ms); null once finished.
     pub next_visible_at_ms: Option<u64>,
     /// The live lease, while one holds the receipt.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,
     /// The last failure, once there was one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<FailureView>,
     /// The rail's transcript id, once settled.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript_id: Option<String>,
     /// Why it needed no settlement, once skipped.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_reason: Option<SettlementSkipReason>,
     /// The dead letter, while dead-lettered.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
     /// Since when an operator holds the receipt (server ms): no claim takes
     /// it until it is unheld. A live lease on it may still report its outcome.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub held_at_ms: Option<u64>,
     /// Why an operator canceled it, once canceled.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cancel_reason: Option<String>,
     /// The producer's observation exactly as enqueued, or null.
-    #[schema(value_type = Option<Observation>)]
     pub observation: Option<serde_json::Value>,
     /// Oldest first.
     pub history: Vec<HistoryEntry>,
 }
 
 /// A receipt in a status sample.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiptSummary {
     pub receipt_id: String,
     pub finalized_at: u64,
@@ -239,7 +248,7 @@ pub struct ReceiptSummary {
 }
 
 /// Receipts of one state, ordered by `(finalized_at, receipt_id)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateSample {
     pub total: u64,
     pub returned: u64,
@@ -248,7 +257,7 @@ pub struct StateSample {
 }
 
 /// Receipt counts per state, and how many of the pending ones are not due yet.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StateCounts {
     /// Never attempted and not leased: due now, or scheduled for later (see `scheduled`).
     pub pending: u64,
@@ -299,7 +308,7 @@ impl StateCounts {
 }
 
 /// The queue at a glance.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StatusView {
     pub counts: StateCounts,
     /// How long the oldest claimable receipt has been due, in ms; 0 when none is.
@@ -311,98 +320,8 @@ pub struct StatusView {
     pub groups: Vec<GroupView>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::{Outcome, Route, TranscriptId};
-
-    fn label<T: Serialize>(value: T) -> String {
-        serde_json::to_value(value)
-            .unwrap()
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    /// History rows hold these labels as text: the documented enums must name them all.
-    #[test]
-    fn history_labels_are_the_documented_enums() {
-        let outcome = Outcome::Accepted {
-            transcript_id: TranscriptId::parse("tx").unwrap(),
-        };
-        let failure = crate::domain::SettlementFailureReason::new(SettlementFailureCode::Rpc, "");
-        let outcomes = [
-            outcome.kind(),
-            Outcome::Skipped {
-                reason: SettlementSkipReason::Denied,
-            }
-            .kind(),
-            Outcome::Retryable {
-                reason: failure.clone(),
-                retry_after_ms: None,
-            }
-            .kind(),
-            Outcome::Permanent { reason: failure }.kind(),
-        ];
-        let one = crate::domain::U63::from(1_u32);
-        let claim = crate::domain::Claim {
-            receipt_id: crate::domain::ReceiptId::parse("r").unwrap(),
-            finalized_at: one,
-            attempts: 0,
-            row_version: one,
-            lease_owner: crate::domain::WorkerId::parse("w").unwrap(),
-            lease_token: crate::domain::LeaseToken::parse("t").unwrap(),
-            lease_until_ms: one,
-        };
-        use super::super::actions::OperatorAction;
-        let operator = [
-            OperatorAction::Redrive,
-            OperatorAction::Hold { reason: None },
-            OperatorAction::Unhold,
-            OperatorAction::Cancel { reason: "r".into() },
-        ]
-        .map(|a| a.name());
-        let others = [super::super::rules::release_entry(&claim, 1).outcome]
-            .into_iter()
-            .chain(operator);
-        let documented = [
-            HistoryOutcome::Accepted,
-            HistoryOutcome::Skipped,
-            HistoryOutcome::Retryable,
-            HistoryOutcome::Permanent,
-            HistoryOutcome::Released,
-            HistoryOutcome::Redrive,
-            HistoryOutcome::Hold,
-            HistoryOutcome::Unhold,
-            HistoryOutcome::Cancel,
-        ]
-        .map(label);
-        assert_eq!(
-            outcomes.into_iter().chain(others).collect::<Vec<_>>(),
-            documented
-        );
-
-        let routes = [
-            Route::NoAction,
-            Route::RetryScheduled {
-                attempt: 1,
-                next_visible_at_ms: 1,
-            },
-            Route::DeadLettered { attempts: 1 },
-        ]
-        .map(|r| r.kind());
-        let documented = [
-            RouteKind::NoAction,
-            RouteKind::RetryScheduled,
-            RouteKind::DeadLettered,
-        ]
-        .map(label);
-        assert_eq!(routes.to_vec(), documented);
-    }
-}
-
 /// A group as `GET /v1/groups` lists it (docs/groups.md).
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GroupView {
     pub group: String,
     /// Nothing in the group is claimed while paused.
@@ -413,10 +332,13 @@ pub struct GroupView {
     pub rate: Option<crate::domain::Rate>,
     /// Active receipts not held by an operator (waiting, due or leased).
     /// Left out of `/v1/status` (it costs one index entry per active receipt).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub depth: Option<u64>,
     /// Live leases.
     pub leased: u64,
     /// How long the oldest due, unleased receipt has waited (ms); 0 when none.
     pub oldest_due_age_ms: u64,
 }
+
+#[cfg(test)]
+#[path = "views_tests.rs"]
+mod tests;

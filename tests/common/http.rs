@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use settled::clock::ManualClock;
 use settled::domain::RetryPolicy;
 use settled::http::AppState;
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 use tokio::sync::watch;
 
 use super::Fresh;

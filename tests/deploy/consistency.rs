@@ -19,7 +19,7 @@ fn image() -> String {
 /// How long settled may take to exit after SIGTERM: its drain, bounded by the shutdown grace.
 const DRAIN: Duration = settled::server::SHUTDOWN_GRACE;
 
-/// How often an idle history stream sends a comment (`KEEP_ALIVE` in src/http/history_feed.rs).
+/// How often an idle history stream sends a comment (`KEEP_ALIVE` in src/http/routes/history/stream.rs).
 const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The flags and variables of `settled serve`.

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 
 use crate::common::fresh_sqlite;
 use crate::common::http::spawn_with_tokens;
@@ -230,7 +230,7 @@ fn the_access_table_covers_every_route_of_the_router() {
         templates
             .insert(template.clone(), template.clone())
             .unwrap();
-        for (method, _) in settled::http::auth::operations(item) {
+        for (method, _) in settled::http::middleware::auth::operations(item) {
             served.insert((method.to_string(), template.clone()));
         }
     }

@@ -2,7 +2,7 @@
 //! name recorded in history.
 
 use serde_json::{Value, json};
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 
 use crate::common::Fresh;
 use crate::common::http::{TestServer, spawn, spawn_with_tokens};

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use settled::clock::ManualClock;
 use settled::domain::RetryPolicy;
 use settled::http::AppState;
-use settled::http::auth::Tokens;
-use settled::http::origin::AllowedHosts;
+use settled::http::middleware::auth::Tokens;
+use settled::http::middleware::origin::AllowedHosts;
 
 use crate::common::fresh_sqlite;
 use crate::common::http::{TestServer, spawn, spawn_with_tokens};

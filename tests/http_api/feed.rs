@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use settled::clock::ManualClock;
 use settled::domain::RetryPolicy;
 use settled::http::AppState;
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 use settled::server::Limits;
 use tokio::sync::watch;
 

@@ -2,7 +2,7 @@
 //! 422 for every bad query.
 
 use serde_json::{Value, json};
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 
 use crate::common::http::{T0, TestServer, spawn, spawn_with_tokens, urlencode};
 use crate::common::{Fresh, fresh_sqlite};

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use settled::clock::Clock;
 use settled::domain::RetryPolicy;
 use settled::http::AppState;
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 use settled::store::postgres::PostgresOptions;
 use settled::store::{STATS_MINUTE_MS, open_store};
 

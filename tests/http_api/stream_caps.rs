@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use settled::clock::ManualClock;
 use settled::domain::RetryPolicy;
-use settled::http::auth::Tokens;
+use settled::http::middleware::auth::Tokens;
 use settled::http::{AppState, StreamLimits};
 use settled::server::Limits;
 use tokio::sync::watch;

@@ -4,9 +4,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::super::error::{ApiError, ProblemCode};
 use super::{MAX_OBSERVATION_BYTES, fits_i64, parse_group, parse_priority, parse_receipt_id};
 use crate::domain::{GroupName, Observation, TraceContext, UnixMs};
+use crate::http::error::{ApiError, ProblemCode};
 use crate::store::NewReceipt;
 
 /// A receipt handed over by a producer.
@@ -21,7 +21,7 @@ pub struct ReceiptIn {
     /// What a worker needs to settle it: a JSON object (at most 64 KiB), or
     /// null. Kept exactly: numbers keep the text they were sent as. Duplicate
     /// keys at any depth are refused.
-    #[serde(default, deserialize_with = "super::super::strict_json::unique_keys")]
+    #[serde(default, deserialize_with = "crate::http::strict_json::unique_keys")]
     #[schema(value_type = Option<Observation>)]
     pub observation: Option<Value>,
     /// When it becomes due (server ms); default now. A past value is due at once.

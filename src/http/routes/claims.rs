@@ -1,0 +1,254 @@
+//! Workers claim due receipts under a lease: a batch (optionally waiting for
+//! work) or one receipt by id.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::domain::{ClaimLimit, LeaseMs};
+use crate::http::AppState;
+use crate::http::error::{ApiError, Problem, ProblemCode};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::long_polls::FALLBACK_POLL;
+use crate::http::middleware::metrics::ClaimResult;
+use crate::http::middleware::spans;
+use crate::http::wire::{self, ClaimBody, MAX_WAIT_MS};
+use crate::store::{DueClaims, ReceiptClaim};
+
+/// Routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(claim_batch))
+        .routes(routes!(claim_one))
+}
+
+/// Claim parameters for a batch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimsIn {
+    /// Who claims: 1..=128 UTF-8 bytes, no control characters. Becomes the
+    /// claim's `lease_owner`.
+    #[schema(min_length = 1, max_length = 128)]
+    pub worker_id: String,
+    /// How long the lease lasts: 1..=86400000 ms.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub lease_ms: u64,
+    /// The most receipts to claim, 1..=1024. Required, there is no default:
+    /// ask for what this worker can settle within one lease (1 claims one
+    /// receipt at a time).
+    #[schema(minimum = 1, maximum = 1024)]
+    pub limit: usize,
+    /// 0..=20000: wait up to this long for work when none is due (0 or absent: no wait).
+    #[serde(default)]
+    #[schema(maximum = 20_000)]
+    pub wait_ms: Option<u64>,
+    /// Claim only from these groups (1..=100 names; absent: every group).
+    #[serde(default)]
+    #[schema(min_items = 1, max_items = 100)]
+    pub groups: Option<Vec<String>>,
+}
+
+/// Most groups one claim may name.
+const MAX_CLAIM_GROUPS: usize = 100;
+
+/// Claimed receipts, spread over the groups with due work round robin
+/// (each group's oldest due first); empty when nothing is due.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimsOut {
+    pub claims: Vec<ClaimBody>,
+    /// Present when a group's rate limit held due work back: a claim after
+    /// this many ms may get more (a long poll waits for it itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub look_again_ms: Option<u64>,
+}
+
+/// Claim up to `limit` due receipts.
+///
+/// With `wait_ms` the call waits up to that long and returns as soon as it
+/// has claimed something; it is woken when work is enqueued, released or
+/// redriven.
+#[utoipa::path(post, path = "/v1/claims", security(("bearer" = ["worker", "operator"])), operation_id = "v1.claims.create", tag = "claims",
+    request_body = ClaimsIn,
+    responses(
+        (status = 200, description = "Claims, possibly none", body = ClaimsOut),
+        (status = 422, description = "A bound is broken", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn claim_batch(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<ClaimsIn>,
+) -> Result<Json<ClaimsOut>, ApiError> {
+    let worker = wire::parse_worker_id(&body.worker_id)?;
+    let lease = LeaseMs::try_from(body.lease_ms)?;
+    let limit = ClaimLimit::try_from(body.limit)?;
+    let wait_ms = body.wait_ms.unwrap_or(0);
+    if wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::validation(
+            ProblemCode::InvalidWaitMs,
+            "wait_ms must be 0..=20000",
+        ));
+    }
+    let only = match body.groups {
+        None => Vec::new(),
+        Some(names) if names.is_empty() || names.len() > MAX_CLAIM_GROUPS => {
+            return Err(ApiError::validation(
+                ProblemCode::InvalidGroup,
+                "groups must name 1..=100 groups",
+            ));
+        }
+        Some(names) => names
+            .iter()
+            .map(|g| wire::parse_group(g))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let notifier = app.store.work_notifier();
+    let waits = app.waits.clone();
+    let mut waiting = None;
+    // Since when a look by any poll that found nothing makes this poll's
+    // next look pointless; `None` before its first look.
+    let mut woken: Option<Instant> = None;
+    loop {
+        // Register for wake-ups before looking, so that work enqueued between
+        // the look and the wait is not missed.
+        let wake_up = notifier.notified();
+        tokio::pin!(wake_up);
+        wake_up.as_mut().enable();
+        let mut turn = None;
+        let look = match woken {
+            None => true,
+            Some(woken) => {
+                // A repeat look waits for its turn, but never past the deadline.
+                turn = waits.turn(deadline).await;
+                turn.is_some() && !waits.looked_empty_since(woken)
+            }
+        };
+        let mut due = DueClaims::default();
+        if look {
+            let started = Instant::now();
+            due = app
+                .store
+                .claim_from(&worker, app.now(), lease, limit, &only)
+                .await?;
+            // Only a look at every group, that no limit held back, tells
+            // the other polls that nothing is due.
+            if due.claims.is_empty() && only.is_empty() && !due.held_back {
+                waits.found_nothing(started);
+            }
+        }
+        drop(turn);
+        let now = Instant::now();
+        if !due.claims.is_empty() || now >= deadline || app.shutting_down() {
+            app.metrics.claimed(&due.claims, app.now().get());
+            spans::note_claimed(worker.as_str(), &due.claims);
+            app.metrics.claim_request(if !due.claims.is_empty() {
+                ClaimResult::Leased
+            } else if due.look_again_ms.is_some() {
+                ClaimResult::LookAgain
+            } else {
+                ClaimResult::Empty
+            });
+            return Ok(Json(ClaimsOut {
+                claims: due.claims.into_iter().map(ClaimBody::from).collect(),
+                look_again_ms: due.look_again_ms,
+            }));
+        }
+        // A rate limit says when a token comes: look again then.
+        let look_again = due
+            .look_again_ms
+            .map_or(waits.fallback_interval(), Duration::from_millis);
+        if waiting.is_none() {
+            waiting = Some(waits.enter());
+        }
+        // Woken by new work, only a look begun after the wake-up has seen it;
+        // woken by the timer (work coming due by the clock, or the deadline),
+        // a look begun one fallback period ago is recent enough.
+        let timer = tokio::select! {
+            () = &mut wake_up => false,
+            () = tokio::time::sleep_until(deadline.min(now + look_again.min(waits.fallback_interval()))) => true,
+            () = app.shutdown_signal() => false,
+        };
+        let at = Instant::now();
+        woken = Some(if timer {
+            at.checked_sub(FALLBACK_POLL).unwrap_or(at)
+        } else {
+            at
+        });
+    }
+}
+
+/// Claim parameters for one receipt.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimOneIn {
+    /// Who claims: 1..=128 UTF-8 bytes, no control characters. Becomes the
+    /// claim's `lease_owner`.
+    #[schema(min_length = 1, max_length = 128)]
+    pub worker_id: String,
+    /// How long the lease lasts: 1..=86400000 ms.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub lease_ms: u64,
+}
+
+/// Claim one receipt by id.
+#[utoipa::path(post, path = "/v1/receipts/{id}/claim", security(("bearer" = ["worker", "operator"])), operation_id = "v1.receipts.claim", tag = "claims",
+    params(("id" = String, Path, description = "Receipt id (1..=512 UTF-8 bytes, no control characters)", min_length = 1, max_length = 512)),
+    request_body = ClaimOneIn,
+    responses(
+        (status = 200, description = "Claimed", body = ClaimBody),
+        (status = 404, description = "Unknown, or no active work (finished)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Held by a live lease, or not yet visible", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A bound is broken", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn claim_one(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<ClaimOneIn>,
+) -> Result<Json<ClaimBody>, ApiError> {
+    let id = wire::parse_receipt_id(&id)?;
+    let worker = wire::parse_worker_id(&body.worker_id)?;
+    let lease = LeaseMs::try_from(body.lease_ms)?;
+    let answer = app
+        .store
+        .claim_receipt(&id, &worker, app.now(), lease)
+        .await?;
+    app.metrics.claim_request(match answer {
+        ReceiptClaim::Claimed(_) => ClaimResult::Leased,
+        _ => ClaimResult::Refused,
+    });
+    match answer {
+        ReceiptClaim::Claimed(claim) => {
+            app.metrics.claimed([&*claim], app.now().get());
+            spans::note_claimed(worker.as_str(), [&*claim]);
+            Ok(Json((*claim).into()))
+        }
+        ReceiptClaim::Leased => Err(ApiError::conflict(
+            ProblemCode::ReceiptLeased,
+            "a live lease holds this receipt",
+        )),
+        ReceiptClaim::Held => Err(ApiError::conflict(
+            ProblemCode::ReceiptHeld,
+            "an operator holds this receipt: it is not claimable until unheld",
+        )),
+        ReceiptClaim::GroupLimited { paused: true } => Err(ApiError::conflict(
+            ProblemCode::GroupPaused,
+            "this receipt's group is paused: it is not claimable until resumed",
+        )),
+        ReceiptClaim::GroupLimited { paused: false } => Err(ApiError::conflict(
+            ProblemCode::GroupAtLimit,
+            "this receipt's group is at its max_leased or rate limit: try again later",
+        )),
+        ReceiptClaim::NotYetVisible => Err(ApiError::conflict(
+            ProblemCode::ReceiptNotVisible,
+            "this receipt is not due yet",
+        )),
+        ReceiptClaim::NoActiveWork => Err(ApiError::not_found(
+            ProblemCode::NoActiveWork,
+            "unknown receipt, or it has no active work",
+        )),
+    }
+}
