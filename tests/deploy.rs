@@ -8,6 +8,8 @@
 //!   container ports, listen addresses, probes, images and stop grace periods agree with each
 //!   other and with the server's own limits; the nginx example's body limit and timeouts fit
 //!   the API's.
+//! - `layout`: the source tree's shape (file lengths, the backends' mirrored files, layers that
+//!   import only downwards).
 //!
 //! The tools made for each file (docker-compose and the compose-spec schema,
 //! kubernetes-validate, systemd-analyze, nginx, promtool) check them in tests/deploy/validate.sh,
@@ -19,6 +21,8 @@ mod consistency;
 mod files;
 #[path = "deploy/healthcheck.rs"]
 mod healthcheck;
+#[path = "deploy/layout.rs"]
+mod layout;
 #[path = "common/process.rs"]
 #[allow(dead_code, reason = "the process helpers serve several test binaries")]
 mod process;
