@@ -9,12 +9,17 @@
 //!   other and with the server's own limits; the nginx example's body limit and timeouts fit
 //!   the API's.
 //!
+//! - `doc_links`: every path a user document names exists, and its prose speaks to users
+//!   (none of the project's own bookkeeping words outside code).
+//!
 //! The tools made for each file (docker-compose and the compose-spec schema,
 //! kubernetes-validate, systemd-analyze, nginx, promtool) check them in tests/deploy/validate.sh,
 //! which .ci/run calls.
 
 #[path = "deploy/consistency.rs"]
 mod consistency;
+#[path = "deploy/doc_links.rs"]
+mod doc_links;
 #[path = "deploy/files.rs"]
 mod files;
 #[path = "deploy/healthcheck.rs"]
