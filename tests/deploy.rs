@@ -11,12 +11,17 @@
 //! - `layout`: the source tree's shape (file lengths, the backends' mirrored files, layers that
 //!   import only downwards).
 //!
+//! - `doc_links`: every path a user document names exists, and its prose speaks to users
+//!   (none of the project's own bookkeeping words outside code).
+//!
 //! The tools made for each file (docker-compose and the compose-spec schema,
 //! kubernetes-validate, systemd-analyze, nginx, promtool) check them in tests/deploy/validate.sh,
 //! which .ci/run calls.
 
 #[path = "deploy/consistency.rs"]
 mod consistency;
+#[path = "deploy/doc_links.rs"]
+mod doc_links;
 #[path = "deploy/files.rs"]
 mod files;
 #[path = "deploy/healthcheck.rs"]
