@@ -13,7 +13,7 @@ import re
 import statistics
 import sys
 
-# The figures issue 26's table reports, per workload of ab-table.sh.
+# The figures the reference table reports, per workload of ab-table.sh.
 FIGURES = {
     "pg_batched": ["settled_per_sec", "db_cpu_us_per_receipt", "db_wal_bytes_per_receipt"],
     "pg_one_by_one": ["settled_per_sec"],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26's table for two builds of settled-bench, alternating in the same minutes, with pgmq's
+# The reference table for two builds of settled-bench, alternating in the same minutes, with pgmq's
 # cycle (bench/pgmq_cost.sh: rate, WAL, index entries, database CPU) once per round between them;
 # one JSON line per run on stdout, for BENCHMARKS.md's medians of 3 (bench/ab-summary.py ab.jsonl).
 #   bench/ab-table.sh OLD/target/release/settled-bench target/release/settled-bench > ab.jsonl

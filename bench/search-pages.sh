@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Time one page of `GET /v1/receipts` per filter against a running settled
 # whose database was loaded with bench/status-load.*.sql (n receipts), for
-# BENCHMARKS.md ("Finding receipts"):
+# docs/perf-log/groups-and-status.md ("Finding receipts"):
 #   bench/search-pages.sh http://127.0.0.1:18931 1000000
 # Prints, per query, the median of 11 requests (after 3 warm-ups) in ms and
 # how many receipts the page held.

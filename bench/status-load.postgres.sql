@@ -1,5 +1,5 @@
 -- Load :n receipts straight into a migrated settled PostgreSQL database, for
--- timing /v1/status at scale (see BENCHMARKS.md, "/v1/status at 10 M"):
+-- timing /v1/status at scale (see docs/perf-log/groups-and-status.md, "/v1/status at 10 M"):
 --   PGOPTIONS='-c search_path=settled' psql -v n=10000000 -d DB -f bench/status-load.postgres.sql
 -- (settled keeps its tables in the schema `settled`, or the one --pg-schema names).
 -- The same mix as bench/status-load.sqlite.sql.

@@ -1,5 +1,5 @@
 -- Load @n receipts straight into a migrated settled SQLite database, for
--- timing /v1/status at scale (see BENCHMARKS.md, "/v1/status at 10 M"):
+-- timing /v1/status at scale (see docs/perf-log/groups-and-status.md, "/v1/status at 10 M"):
 --   sqlite3 -cmd '.parameter set @n 10000000' settled.db < bench/status-load.sqlite.sql
 -- Mix per 10 000 rows: 60 % settled, 5 % skipped, 1 % dead-lettered, 3 % waiting
 -- for a retry, the rest pending; of the active rows, 2 per 10 000 hold a live lease

@@ -14,7 +14,7 @@ use super::views::GroupView;
 /// group's oldest due time is the earliest of each priority's first entry
 /// in the claim index `(group, priority, due)`, found one priority at a time
 /// (as a claim finds them): a minimum over the whole due range would read
-/// every due entry of the group (0.8 s at 3 M, BENCHMARKS.md). The leases
+/// every due entry of the group (docs/perf-log/groups-and-status.md). The leases
 /// are read once for the page, not once per group: `receipts_leases` is
 /// ordered by deadline, so a group's leases are not a range of it, and each
 /// group's count read every live lease. A lease implies an active row (a

@@ -84,7 +84,12 @@ fn split(text: &str) -> Parts {
                 fence = Some(run);
                 continue;
             }
-            if line.starts_with("    ") && prose.last().is_none_or(|(_, l): &(usize, String)| l.trim().is_empty()) && !trimmed.starts_with(['-', '*', '|']) {
+            if line.starts_with("    ")
+                && prose
+                    .last()
+                    .is_none_or(|(_, l): &(usize, String)| l.trim().is_empty())
+                && !trimmed.starts_with(['-', '*', '|'])
+            {
                 // An indented code block after a blank line.
                 continue;
             }
@@ -121,10 +126,10 @@ fn split(text: &str) -> Parts {
         }
         prose.push((number, out));
         // A span left open at a blank line was no span: its text is prose after all.
-        if line.trim().is_empty() {
-            if let Some((_, content, first)) = open.take() {
-                prose.push((first, content));
-            }
+        if line.trim().is_empty()
+            && let Some((_, content, first)) = open.take()
+        {
+            prose.push((first, content));
         }
     }
     Parts { prose, spans }
@@ -142,20 +147,27 @@ fn link_targets(line: &str) -> Vec<String> {
         rest = &after[end..];
     }
     let trimmed = line.trim_start();
-    if trimmed.starts_with('[') {
-        if let Some(at) = trimmed.find("]: ") {
-            if let Some(target) = trimmed[at + 3..].split_whitespace().next() {
-                found.push(target.trim_matches(['<', '>']).to_string());
-            }
-        }
+    if trimmed.starts_with('[')
+        && let Some(at) = trimmed.find("]: ")
+        && let Some(target) = trimmed[at + 3..].split_whitespace().next()
+    {
+        found.push(target.trim_matches(['<', '>']).to_string());
     }
     found
 }
 
 /// The folders a backticked path may start with.
 const PREFIXES: &[&str] = &[
-    "src/", "docs/", "tests/", "bench/", "deploy/", "examples/", "clients/", "migrations/",
-    "tools/", "assets/",
+    "src/",
+    "docs/",
+    "tests/",
+    "bench/",
+    "deploy/",
+    "examples/",
+    "clients/",
+    "migrations/",
+    "tools/",
+    "assets/",
 ];
 
 /// The words of the project's own bookkeeping, which a user document does not use in prose.
@@ -169,7 +181,10 @@ fn span_paths(span: &str) -> Vec<String> {
     span.split_whitespace()
         .map(|t| t.trim_matches(|c: char| matches!(c, '(' | ')' | ',' | ';' | '"' | '\'')))
         .filter(|t| PREFIXES.iter().any(|p| t.starts_with(p)))
-        .filter(|t| t.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:".contains(c)))
+        .filter(|t| {
+            t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-/:".contains(c))
+        })
         .map(|t| {
             // `src/x.rs:120` names a line of the file.
             let t = match t.split_once(':') {
@@ -202,7 +217,11 @@ struct Findings {
 }
 
 fn check() -> Findings {
-    let mut findings = Findings { missing: Vec::new(), words: Vec::new(), cited_code: Vec::new() };
+    let mut findings = Findings {
+        missing: Vec::new(),
+        words: Vec::new(),
+        cited_code: Vec::new(),
+    };
     for doc in documents() {
         let text = std::fs::read_to_string(root().join(&doc)).expect("a readable document");
         let doc_dir = root().join(&doc).parent().expect("a folder").to_path_buf();
@@ -219,7 +238,9 @@ fn check() -> Findings {
                 }
                 let path = target.split('#').next().unwrap_or("");
                 if !doc_dir.join(path).exists() {
-                    findings.missing.push(format!("{doc}:{line}: link ({target})"));
+                    findings
+                        .missing
+                        .push(format!("{doc}:{line}: link ({target})"));
                 }
             }
             // Words, outside link targets.
@@ -230,16 +251,22 @@ fn check() -> Findings {
             let lower = words_text.to_lowercase();
             for word in lower.split(|c: char| !c.is_ascii_alphanumeric()) {
                 if TEAM_WORDS.contains(&word) {
-                    findings.words.push(format!("{doc}:{line}: {word:?} in {:?}", prose.trim()));
+                    findings
+                        .words
+                        .push(format!("{doc}:{line}: {word:?} in {:?}", prose.trim()));
                 }
             }
             if lower.contains("../shared") || lower.contains("/work/shared") {
-                findings.words.push(format!("{doc}:{line}: the team's shared folder"));
+                findings
+                    .words
+                    .push(format!("{doc}:{line}: the team's shared folder"));
             }
         }
         for (line, span) in &parts.spans {
             if span.contains("../shared") || span.contains("/work/shared") {
-                findings.words.push(format!("{doc}:{line}: the team's shared folder in `{span}`"));
+                findings.words.push(format!(
+                    "{doc}:{line}: the team's shared folder in `{span}`"
+                ));
             }
             for path in span_paths(span) {
                 if path.contains('*') || made_later(&path) {
@@ -260,7 +287,10 @@ fn check() -> Findings {
 #[test]
 fn doc_links_every_named_path_exists() {
     let findings = check();
-    eprintln!("source paths cited by the documents ({}):", findings.cited_code.len());
+    eprintln!(
+        "source paths cited by the documents ({}):",
+        findings.cited_code.len()
+    );
     for cited in &findings.cited_code {
         eprintln!("  {cited}");
     }
@@ -285,11 +315,15 @@ fn doc_links_prose_speaks_to_users() {
 
 #[test]
 fn doc_links_parser_keeps_code_apart() {
-    let parts = split("Call `worker.stop()` and\nsee [x](docs/a.md#b).\n\n```sh\nstop\n```\nend `a\nb` c");
+    let parts =
+        split("Call `worker.stop()` and\nsee [x](docs/a.md#b).\n\n```sh\nstop\n```\nend `a\nb` c");
     let prose: Vec<&str> = parts.prose.iter().map(|(_, l)| l.as_str()).collect();
     assert!(!prose.iter().any(|l| l.contains("stop")), "{prose:?}");
     assert_eq!(link_targets(prose[1]), vec!["docs/a.md#b".to_string()]);
     let spans: Vec<&str> = parts.spans.iter().map(|(_, s)| s.as_str()).collect();
     assert_eq!(spans, vec!["worker.stop()", "a b"]);
-    assert_eq!(span_paths("bash bench/x.sh --y src/a.rs:12 docs/"), vec!["bench/x.sh", "src/a.rs", "docs/"]);
+    assert_eq!(
+        span_paths("bash bench/x.sh --y src/a.rs:12 docs/"),
+        vec!["bench/x.sh", "src/a.rs", "docs/"]
+    );
 }

@@ -40,8 +40,8 @@ macro_rules! group_levels {
 /// the whole claim. On a server that has run longer than its leases that
 /// range holds an entry for every leased row version not yet vacuumed, and
 /// reading it once per group made a claim over 1 000 groups read it 1 000
-/// times (~110 receipts settled a second, BENCHMARKS.md "A server that has
-/// run longer than its leases").
+/// times (docs/perf-log/postgres-write-path.md, "A server that has run longer than its
+/// leases").
 macro_rules! lapsed_groups {
     () => {
         concat!(
@@ -92,8 +92,8 @@ macro_rules! expired_due {
 /// joined to their slots before, among rows the planner counts by the
 /// million, so that it hashes one side. On an analyzed table, `receipt_id =
 /// pick_id` took the key, and the slots joined after the tuples (which it
-/// counts as ten) were scanned once per row (BENCHMARKS.md "With
-/// statistics").
+/// counts as ten) were scanned once per row (docs/perf-log/postgres-write-path.md,
+/// "With statistics").
 /// With several priorities due in a group, rows of a lower one may be
 /// locked and left as they are until commit (each priority is read up to
 /// the quota).

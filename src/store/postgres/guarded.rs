@@ -81,7 +81,7 @@ impl Write {
 /// `receipts_leases` on its first two columns; as `+lease_until_ms`, once
 /// an `ANALYZE` had seen few leases, the plan scanned that whole index
 /// (keyed on its later columns): both read every entry leased since the
-/// last vacuum (BENCHMARKS.md, "An outcome finds its row by its key" and
+/// last vacuum (docs/perf-log/postgres-write-path.md, "An outcome finds its row by its key" and
 /// "With statistics").
 macro_rules! pg_cas {
     ($($arg:literal),*) => {

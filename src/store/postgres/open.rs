@@ -51,11 +51,10 @@ impl Default for PostgresOptions {
 /// The first runs whatever is queued; the others only while a large backlog
 /// waits (`batcher`), so that small requests queue and merge into few
 /// statements while batches still use the database's cores side by side.
-/// Measured on a 2-core database against two groups that both took every
-/// request: one by one 17 % more receipts a second for 35 % less database
-/// CPU each, claim/outcome p99 at half the peak 15.2/13.3 -> 10.9/9.5 ms,
-/// batched within the spread (one group alone lost 17 % there;
-/// BENCHMARKS.md). A larger pool (for a larger database server) runs more.
+/// Against two groups that both took every request this settles more one
+/// by one for less database CPU each, with a lower p99, and batches as fast
+/// (one group alone was slower batched; docs/perf-log/postgres-write-path.md, "One group per
+/// queue"). A larger pool (for a larger database server) runs more.
 fn write_tasks(max_connections: u32) -> usize {
     usize::try_from(max_connections / 8).map_or(1, |n| n.clamp(1, WRITE_TASKS))
 }

@@ -1,6 +1,6 @@
 //! The plans PostgreSQL picks for the hot statements, read with `EXPLAIN`
 //! on tables shaped as a busy server's: the plan decides how many index
-//! pages each receipt costs (BENCHMARKS.md, "With statistics").
+//! pages each receipt costs (docs/perf-log/postgres-write-path.md, "With statistics").
 
 use super::claim::CLAIM_DUE;
 use super::guarded::WRITE_ROUND;
@@ -13,7 +13,7 @@ const T0: u64 = 1_000_000;
 /// A round of guarded writes (outcomes, releases) finds each row by its key.
 /// Every row one claim statement leased shares its lease end and attempts,
 /// and a probe of `receipts_leases` on those two columns checks the rest of
-/// the key entry by entry over all of them (BENCHMARKS.md, "An outcome finds
+/// the key entry by entry over all of them (docs/perf-log/postgres-write-path.md, "An outcome finds
 /// its row by its key"). Read as the plan of a round of 256 rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_of_guarded_writes_probes_the_primary_key() {
@@ -30,7 +30,7 @@ async fn analyzed_while_few_were_leased_a_round_still_probes_the_primary_key() {
     // autovacuum's ANALYZE comes at any moment), then 2 000 more leased:
     // `receipts_leases` looks tiny to the planner, and with the lease end
     // compared as `+lease_until_ms` the plan scanned that whole index for the
-    // round (checked; BENCHMARKS.md "With statistics").
+    // round (checked; docs/perf-log/postgres-write-path.md "With statistics").
     guarded_writes_probe_the_primary_key(20_000, 5).await;
 }
 
@@ -39,7 +39,7 @@ async fn on_an_analyzed_table_a_claim_updates_the_rows_it_locked_by_their_tuple(
     // The plan a statement keeps after its first executions (generic), on a
     // table analyzed as autovacuum would: with `receipt_id = pick_id` beside
     // `ctid = pick_at` it descended the primary key once per leased row
-    // (checked; BENCHMARKS.md "With statistics").
+    // (checked; docs/perf-log/postgres-write-path.md "With statistics").
     let Some((_store, mut conn)) = leased_table(20_000, 5).await else {
         return;
     };

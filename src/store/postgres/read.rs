@@ -71,8 +71,8 @@ impl PostgresStore {
     /// scan: the counter slots kept by triggers
     /// (migrations/postgres/0004_counts.sql) plus the live leases, each
     /// sample a range of its own partial index. Two statements, where one
-    /// per figure and per state took eleven round trips (BENCHMARKS.md,
-    /// "`/v1/status` at 10 M receipts").
+    /// per figure and per state took eleven round trips
+    /// (docs/perf-log/groups-and-status.md, "`/v1/status` at 10 M receipts").
     pub(super) async fn status_view(
         &self,
         now_ms: UnixMs,

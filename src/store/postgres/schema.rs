@@ -90,8 +90,7 @@ pub(super) async fn session(
     conn.execute(sqlx::AssertSqlSafe(set)).await?;
     // Every statement settled runs reads index ranges and takes milliseconds;
     // a generic plan's estimate can still pass `jit_above_cost`, and then
-    // compiling it took 0.5 s of the 7 ms the groups of `/v1/status` take
-    // at 10 M receipts (BENCHMARKS.md).
+    // compiling it costs far more than running it (docs/perf-log/groups-and-status.md).
     conn.execute("SET jit = off").await?;
     Ok(())
 }

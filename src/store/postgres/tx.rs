@@ -21,8 +21,8 @@ pub(super) async fn begin(pool: &PgPool) -> StoreResult<Tx> {
 /// that has run longer than its leases, the lapsed range of
 /// `receipts_leases` holds an entry for every leased row version not yet
 /// vacuumed, and a bitmap scan fetches each of those dead rows from the
-/// table at every call (433 000 of them, 150 ms a claim, BENCHMARKS.md "A
-/// server that has run longer than its leases"). A plain index scan marks
+/// table at every call (docs/perf-log/postgres-write-path.md, "A server that has run
+/// longer than its leases"). A plain index scan marks
 /// each dead entry once, and later scans step over it without the table.
 macro_rules! index_ranges_only {
     () => {
@@ -53,9 +53,8 @@ pub(super) async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
 /// ([`index_ranges_only`]). Its statements are planned once per connection
 /// (`force_generic_plan`), as claims are: each read is written as index
 /// ranges, so a plan made for given values is the same plan, and making it
-/// again cost more than running it (at 10 M receipts, the status samples
-/// planned in 0.8 ms and ran in 2.3; `/v1/status` ~7.5 -> ~5 ms,
-/// BENCHMARKS.md). The search plans test reads the generic plan of every
+/// again cost more than running it (docs/perf-log/postgres-write-path.md, "PostgreSQL reads
+/// planned once"). The search plans test reads the generic plan of every
 /// search statement.
 pub(super) async fn begin_read(pool: &PgPool) -> StoreResult<Tx> {
     begin_with(

@@ -110,9 +110,8 @@ fn history_values<'a>(id: &'a str, h: &'a NewHistory) -> HistoryValues<'a> {
 
 /// Append history entries (a worker's or an operator's), in order: one
 /// prepared statement stepped once per entry, with plain values. (A JSON
-/// batch read by `jsonb_each` took SQLite's JSON functions 13 extractions
-/// per entry, more than the insert itself: BENCHMARKS.md, "SQLite's JSON
-/// batches".)
+/// batch read by `jsonb_each` cost SQLite's JSON functions more than the
+/// insert itself: docs/perf-log/sqlite.md, "SQLite's JSON batches".)
 pub fn append_history(conn: &Connection, entries: &[(&str, &NewHistory)]) -> StoreResult<()> {
     let mut stmt = conn.prepare_cached(concat!(
         history_insert!(),

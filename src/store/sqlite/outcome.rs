@@ -96,8 +96,8 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
     }
     if batch.len() == 1 {
         // One row: the same guarded update with bound values. `UPDATE … FROM`
-        // over a one-row `VALUES` list costs 8 % more instructions a receipt
-        // one by one (BENCHMARKS.md, issue 26's table of 2026-12-05, night).
+        // over a one-row `VALUES` list costs more instructions a receipt one
+        // by one (docs/perf-log/postgres-write-path.md).
         let row = &batch[0];
         let id = row.0.0;
         let mut params = Vec::with_capacity(17);

@@ -4,7 +4,7 @@
 //! databases), and statistics change SQLite's plans: SQLite 3.40 plans a
 //! round of 256 outcomes on this very table (checked) with a Bloom filter
 //! that first reads the whole table, 39 ms a round at 400 000 receipts
-//! against 0.8 ms without statistics (BENCHMARKS.md, "With statistics").
+//! against 0.8 ms without statistics (docs/perf-log/postgres-write-path.md, "With statistics").
 //! The bundled SQLite (3.51) keeps the key; its upgrades are checked here.
 
 use super::SqliteStore;

@@ -1,7 +1,7 @@
 //! Batches bound as a `VALUES` list of parameters, for the writer's
 //! statements that take many rows at once. A JSON array read by
 //! `jsonb_each` costs one extraction per column and row, which was a tenth
-//! of the server's instructions (BENCHMARKS.md, "SQLite's JSON batches");
+//! of the server's instructions (docs/perf-log/sqlite.md, "SQLite's JSON batches");
 //! a bound value is read as it is. A statement's text depends on its row
 //! count, so a batch is padded with rows of NULL up to the next power of
 //! two, and each statement is made once per size: a handful of cached
