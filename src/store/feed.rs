@@ -9,9 +9,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
-use utoipa::ToSchema;
-
 use super::rows::{HistoryRow, to_u64};
 use super::{HistoryEntry, StoreResult};
 
@@ -76,13 +73,12 @@ pub enum FeedStart {
 }
 
 /// One feed entry: a history entry, its receipt and its position.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedEntry {
     /// This entry's position: pass it as `after` (or `Last-Event-ID`) to
     /// continue after it.
     pub cursor: String,
     pub receipt_id: String,
-    #[serde(flatten)]
     pub entry: HistoryEntry,
 }
 

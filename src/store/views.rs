@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::domain::{SettlementFailureCode, SettlementSkipReason};
 
@@ -101,7 +100,7 @@ pub struct DeadLetter {
 
 /// One entry of a receipt's history: an outcome a worker reported, a lease
 /// a worker gave back, or an operator's redrive.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
     /// For an outcome: which invocation of the receipt it reports, counted
     /// from 1 (the claim's `attempts` + 1). The first try is `attempt` 1; a
@@ -112,39 +111,30 @@ pub struct HistoryEntry {
     /// A [`HistoryOutcome`] label.
     pub outcome: String,
     /// The failure code of a `retryable` or `permanent` outcome.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<SettlementFailureCode>,
     /// SHA-256 (hex) of a failure's `detail` text.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub detail_sha256: Option<String>,
     /// The rail's own code for a failure (e.g. `card_declined`), when the
     /// worker gave one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rail_code: Option<String>,
     /// The rail's transcript id of an `accepted` outcome.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript_id: Option<String>,
     /// Why a `skipped` outcome needed no settlement.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<SettlementSkipReason>,
     /// The worker that reported it, or `operator`.
     pub worker_id: String,
     /// When the server recorded it (server ms).
     pub observed_at_ms: u64,
     /// What the server did with an outcome; absent for releases and redrives.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
     /// The name of the operator's token, for an operator's action taken
     /// with a named token (`--token operator:NAME:TOKEN`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// The reason an operator gave for a `hold` or a `cancel`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The rail's own wait a `retryable` outcome carried (`retry_after_ms`),
     /// as the worker reported it; the retry's wait is the longer of it and
     /// the backoff, at most the policy's `backoff_cap_ms`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
 }
 

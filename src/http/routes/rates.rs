@@ -13,7 +13,8 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::ApiQuery;
 use crate::http::rate_counts::flush;
-use crate::store::{STATS_MINUTE_MS, StatsCounts, minute_of};
+use crate::http::wire::StatsCounts;
+use crate::store::{STATS_MINUTE_MS, minute_of};
 
 /// Minutes served: the last hour.
 pub const MAX_MINUTES: u64 = 60;
@@ -97,7 +98,7 @@ async fn stats(
             let row = stored.next_if(|m| m.minute_ms == start_ms);
             StatsMinuteOut {
                 start_ms,
-                counts: row.map(|m| m.counts).unwrap_or_default(),
+                counts: row.map(|m| StatsCounts::from(m.counts)).unwrap_or_default(),
                 depth: row.and_then(|m| m.depth),
             }
         })
