@@ -220,6 +220,64 @@ impl OperatorAction {
     }
 }
 
+/// Rows in every state an action is judged on, and the actions, for the
+/// backends' tests that run each action's SQL against [`judge`] and
+/// [`apply`] (`sqlite/act_tests.rs`, `postgres/act_tests.rs`).
+#[cfg(test)]
+pub mod replay_cases {
+    use super::OperatorAction;
+
+    /// The clock of the cases: one lease ends after it, one before.
+    pub const NOW: i64 = 100;
+
+    /// Every action.
+    pub fn actions() -> Vec<OperatorAction> {
+        vec![
+            OperatorAction::Redrive,
+            OperatorAction::Hold {
+                reason: Some("audit".into()),
+            },
+            OperatorAction::Unhold,
+            OperatorAction::Cancel {
+                reason: "refunded".into(),
+            },
+        ]
+    }
+
+    /// `INSERT` statements (plain SQL both backends take) of one receipt
+    /// per state, with `{id}` to fill in.
+    pub const ROWS: [&str; 7] = [
+        // Active and due, no lease.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms) VALUES ('{id}', 1, 'active', 2, 3, 5, 1)",
+        // Active and held.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms, held_at_ms) \
+           VALUES ('{id}', 1, 'active', 1, 2, 5, 1, 7)",
+        // Under a live lease.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms, lease_owner, lease_token, lease_until_ms) \
+           VALUES ('{id}', 1, 'active', 0, 1, 5, 1, 'w', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 200)",
+        // Under a lease that ended.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           next_visible_at_ms, created_at_ms, lease_owner, lease_token, lease_until_ms) \
+           VALUES ('{id}', 1, 'active', 0, 1, 5, 1, 'w', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 50)",
+        // Dead-lettered.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           created_at_ms, finished_at_ms, failure_code, failure_sha256) \
+           VALUES ('{id}', 1, 'dead_lettered', 3, 4, 1, 60, 'rpc', \
+           'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb')",
+        // Settled.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           created_at_ms, finished_at_ms, transcript_id) \
+           VALUES ('{id}', 1, 'settled', 0, 1, 1, 60, 'tx-1')",
+        // Canceled.
+        "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, row_version, \
+           created_at_ms, finished_at_ms, cancel_reason) \
+           VALUES ('{id}', 1, 'canceled', 0, 1, 1, 60, 'earlier')",
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,17 +25,10 @@ pub async fn fresh_url() -> Option<String> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("rng");
     let name = format!("settled_test_{secs}_{}", hex::encode(bytes));
-    let mut admin = sqlx::PgConnection::connect(&base)
-        .await
-        .expect("connect to test postgres");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
+    let url = settled_test_support::postgres::create_database(&base, &name)
         .await
         .expect("create test database");
-    let (prefix, _) = base
-        .rsplit_once('/')
-        .expect("postgres URL with a database name");
-    Some(format!("{prefix}/{name}"))
+    Some(url)
 }
 
 /// A store on a new database, with the default options.

@@ -280,6 +280,8 @@ impl SettlementOutcomeStore for SqliteStore {
 }
 
 #[cfg(test)]
+mod act_tests;
+#[cfg(test)]
 mod background_tests;
 #[cfg(test)]
 mod merge_tests;
