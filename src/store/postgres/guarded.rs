@@ -139,13 +139,12 @@ WITH batch AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8
   b_status, b_new_attempts, b_next_visible, b_code, b_sha, b_transcript, b_skip, b_finished, \
   h_attempt, h_outcome, h_code, h_sha, h_transcript, h_reason, h_worker, h_observed, h_route, \
   b_wakes, h_retry_after, b_rail, b_item)), \
-changed AS (UPDATE receipts SET status = b_status, attempts = COALESCE(b_new_attempts, attempts), \
-  next_visible_at_ms = b_next_visible, failure_code = COALESCE(b_code, failure_code), \
-  failure_sha256 = COALESCE(b_sha, failure_sha256), \
-  failure_rail_code = CASE WHEN b_code IS NULL THEN failure_rail_code ELSE b_rail END, \
-  transcript_id = b_transcript, skip_reason = b_skip, finished_at_ms = b_finished, \
-  lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL \
-  FROM batch WHERE ",
+changed AS (UPDATE receipts SET ",
+    crate::store::rules::outcome_set_sql!("receipts."; status = "b_status",
+        transcript = "b_transcript", reason = "b_skip", attempts = "b_new_attempts",
+        visible = "b_next_visible", code = "b_code", sha = "b_sha", finished = "b_finished",
+        rail = "b_rail"),
+    " FROM batch WHERE ",
     batch_cas!(),
     " RETURNING b_item, b_wakes, b_attempts, receipts.status AS new_status, \
   receipts.attempts AS new_attempts, b_id, h_attempt, h_outcome, h_code, h_sha, h_transcript, \

@@ -42,6 +42,57 @@ macro_rules! cas_sql {
 }
 pub(crate) use cas_sql;
 
+/// What recording an outcome sets on its receipt, written once for every
+/// statement that records outcomes (SQLite's one-row and batched updates,
+/// PostgreSQL's write round), as `domain::rules` plans it: the new status
+/// and its fields, the attempts and failure kept when the plan leaves them
+/// NULL, the rail code replaced with each new failure, the lease given
+/// back. Each argument names where a planned value comes from; `$table` is
+/// what names the row's own columns (`receipts.` in an `UPDATE … FROM`).
+macro_rules! outcome_set_sql {
+    ($table:literal; status = $status:literal, transcript = $transcript:literal,
+     reason = $reason:literal, attempts = $attempts:literal, visible = $visible:literal,
+     code = $code:literal, sha = $sha:literal, finished = $finished:literal,
+     rail = $rail:literal) => {
+        concat!(
+            "status = ",
+            $status,
+            ", transcript_id = ",
+            $transcript,
+            ", skip_reason = ",
+            $reason,
+            ", attempts = coalesce(",
+            $attempts,
+            ", ",
+            $table,
+            "attempts)",
+            ", next_visible_at_ms = ",
+            $visible,
+            ", failure_code = coalesce(",
+            $code,
+            ", ",
+            $table,
+            "failure_code)",
+            ", failure_sha256 = coalesce(",
+            $sha,
+            ", ",
+            $table,
+            "failure_sha256)",
+            ", failure_rail_code = CASE WHEN ",
+            $code,
+            " IS NULL THEN ",
+            $table,
+            "failure_rail_code ELSE ",
+            $rail,
+            " END",
+            ", lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL",
+            ", finished_at_ms = ",
+            $finished
+        )
+    };
+}
+pub(crate) use outcome_set_sql;
+
 /// Claimable once due and holding no lease: the predicate of each backend's
 /// claim index `receipts_due` (migrations/*/0014_unleased_due.sql), written
 /// once so that every query meant for that index names it alike.

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use rusqlite::Connection;
 
-use super::super::rules::{self, Cas, NewValues, Plan, cas_sql};
+use super::super::rules::{self, Cas, NewValues, Plan, cas_sql, outcome_set_sql};
 use super::group_commit::in_savepoint;
 use super::lookup::{append_history, rows_by_id};
 use super::values;
@@ -104,13 +104,11 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
         values::Row::push_to(row, &mut params);
         let changed = conn
             .prepare_cached(concat!(
-                "UPDATE receipts SET status = ?9, transcript_id = ?10, skip_reason = ?11, \
-                 attempts = coalesce(?12, attempts), next_visible_at_ms = ?13, \
-                 failure_code = coalesce(?14, failure_code), \
-                 failure_sha256 = coalesce(?15, failure_sha256), \
-                 failure_rail_code = CASE WHEN ?14 IS NULL THEN failure_rail_code ELSE ?17 END, \
-                 lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-                 finished_at_ms = ?16 WHERE ",
+                "UPDATE receipts SET ",
+                outcome_set_sql!(""; status = "?9", transcript = "?10", reason = "?11",
+                    attempts = "?12", visible = "?13", code = "?14", sha = "?15",
+                    finished = "?16", rail = "?17"),
+                " WHERE ",
                 cas_sql!("status", "lease_until_ms"; "?1", "?2", "?3", "?4", "?5", "?6", "?7", "?8")
             ))?
             .execute(rusqlite::params_from_iter(params))?;
@@ -135,15 +133,7 @@ fn apply_outcomes(conn: &Connection, planned: &[(&Claim, &Plan)]) -> StoreResult
 /// (padding rows are all NULL, and `receipt_id = NULL` matches no row).
 pub(super) static OUTCOMES: values::Sized = values::Sized::new(17, |values| {
     format!(
-        "UPDATE receipts SET status = b.new_status, transcript_id = b.new_transcript, \
-         skip_reason = b.new_reason, attempts = coalesce(b.new_attempts, receipts.attempts), \
-         next_visible_at_ms = b.new_visible, \
-         failure_code = coalesce(b.new_code, receipts.failure_code), \
-         failure_sha256 = coalesce(b.new_sha, receipts.failure_sha256), \
-         failure_rail_code = CASE WHEN b.new_code IS NULL THEN receipts.failure_rail_code \
-         ELSE b.new_rail END, \
-         lease_owner = NULL, lease_token = NULL, lease_until_ms = NULL, \
-         finished_at_ms = b.new_finished \
+        "UPDATE receipts SET {set} \
          FROM (SELECT column1 AS id, column2 AS fin, column3 AS att, column4 AS rv, \
          column5 AS owner, column6 AS token, column7 AS until, column8 AS at, \
          column9 AS new_status, column10 AS new_transcript, column11 AS new_reason, \
@@ -151,6 +141,10 @@ pub(super) static OUTCOMES: values::Sized = values::Sized::new(17, |values| {
          column15 AS new_sha, column16 AS new_finished, column17 AS new_rail \
          FROM (VALUES {values})) AS b \
          WHERE {cas} RETURNING receipts.receipt_id",
+        set = outcome_set_sql!("receipts."; status = "b.new_status",
+            transcript = "b.new_transcript", reason = "b.new_reason", attempts = "b.new_attempts",
+            visible = "b.new_visible", code = "b.new_code", sha = "b.new_sha",
+            finished = "b.new_finished", rail = "b.new_rail"),
         cas = cas_sql!("+status", "lease_until_ms";
                        "b.id", "b.fin", "b.att", "b.rv", "b.owner", "b.token", "b.until", "b.at"),
     )
