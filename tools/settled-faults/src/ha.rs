@@ -20,8 +20,8 @@ use super::workload::Workload;
 pub const NODE_PORTS: [u16; 3] = [55431, 55432, 55433];
 /// `--pg-tcp-timeout-ms` of the settled replicas on the cluster.
 pub const PG_TCP_TIMEOUT_MS: u64 = 5_000;
-/// The script, as found in this repository.
-pub const DEFAULT_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ha/cluster.sh");
+/// The script, as found in this repository (two levels above this crate).
+pub const DEFAULT_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/ha/cluster.sh");
 
 /// Clusters up now, as (script, `HA_DIR`): taken down on SIGINT or SIGTERM.
 static UP: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
@@ -294,5 +294,14 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.down_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_cluster_script_is_the_repositorys() {
+        let script = std::path::Path::new(super::DEFAULT_SCRIPT);
+        assert!(script.is_file(), "{} is not a file", script.display());
     }
 }
