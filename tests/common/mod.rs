@@ -138,9 +138,7 @@ pub async fn fresh_postgres_url() -> Option<String> {
         eprintln!("SKIPPED: {POSTGRES_ENV} is not set, so this PostgreSQL test did not run");
         return None;
     };
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("rng");
-    let name = format!("settled_test_{}_{}", unix_secs(), hex::encode(bytes));
+    let name = settled_test_support::postgres::test_database_name();
     if !SWEPT.swap(true, std::sync::atomic::Ordering::Relaxed) {
         let mut admin = sqlx::PgConnection::connect(&base)
             .await

@@ -18,13 +18,7 @@ pub async fn fresh_url() -> Option<String> {
         eprintln!("SKIPPED: {POSTGRES_ENV} is not set, so this PostgreSQL test did not run");
         return None;
     };
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs();
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("rng");
-    let name = format!("settled_test_{secs}_{}", hex::encode(bytes));
+    let name = settled_test_support::postgres::test_database_name();
     let url = settled_test_support::postgres::create_database(&base, &name)
         .await
         .expect("create test database");

@@ -19,6 +19,18 @@ pub fn database_url(url: &str, name: &str) -> Result<String, String> {
     })
 }
 
+/// A name for a test's own database, `settled_test_<unix secs>_<16 hex>`:
+/// the form the integration tests' sweep of stale databases recognises.
+pub fn test_database_name() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the system's random source");
+    format!("settled_test_{secs}_{:016x}", u64::from_le_bytes(bytes))
+}
+
 /// Create database `name` (letters, digits and `_`) on the server of
 /// `admin_url`; its URL.
 pub async fn create_database(admin_url: &str, name: &str) -> Result<String, String> {
