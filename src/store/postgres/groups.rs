@@ -9,11 +9,19 @@ use super::super::group_list::{self, GroupListRow};
 use super::{PostgresStore, Tx};
 use crate::domain::{GroupLimits, GroupName, UnixMs};
 use crate::store::fair::{FairClaim, GroupRow, in_turn, limits};
+use crate::store::rules::{claim_groups_sql, lapsed_sql, unleased_sql};
 use crate::store::{GroupQuery, GroupView, StoreResult};
 
-/// The groups a claim may take from: `$1` (all when empty), by name.
-const GROUPS: &str = "SELECT name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms \
-     FROM receipt_groups WHERE cardinality($1::text[]) = 0 OR name = ANY($1::text[]) ORDER BY name";
+/// The groups a claim may take from when it names none: those with active
+/// work, not every group ever named (docs/groups.md).
+const GROUPS: &str = claim_groups_sql!("receipts", "receipts", "$1");
+
+/// The groups a claim names (`$1`), each once, by name, with their limits
+/// when they have any.
+const NAMED_GROUPS: &str = "SELECT n.name, COALESCE(g.paused, false) AS paused, g.max_leased, \
+     g.rate_per_s, g.burst, g.tokens, g.tokens_at_ms \
+     FROM (SELECT DISTINCT name FROM unnest($1::text[]) AS u (name)) AS n \
+     LEFT JOIN receipt_groups AS g ON g.name = n.name ORDER BY n.name";
 
 /// The limited groups' rows again, locked in name order (no deadlock)
 /// until commit: the limits hold across every replica.
@@ -60,10 +68,17 @@ pub(super) async fn groups_for_claim(
     wanted: u64,
 ) -> StoreResult<FairClaim> {
     let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
-    let stored: Vec<StoredGroup> = sqlx::query_as(GROUPS)
-        .bind(&names)
-        .fetch_all(&mut **tx)
-        .await?;
+    let stored: Vec<StoredGroup> = if names.is_empty() {
+        sqlx::query_as(GROUPS)
+            .bind(now)
+            .fetch_all(&mut **tx)
+            .await?
+    } else {
+        sqlx::query_as(NAMED_GROUPS)
+            .bind(&names)
+            .fetch_all(&mut **tx)
+            .await?
+    };
     let mut groups = stored
         .into_iter()
         .map(StoredGroup::row)

@@ -141,6 +141,39 @@ macro_rules! priority_below_sql {
 }
 pub(crate) use priority_below_sql;
 
+/// The groups a claim looks at when it names none, in name order: those
+/// with rows holding no lease (a loose index scan of `receipts_due`, one
+/// probe per such group, read from `$table`, which may name the index for
+/// SQLite), and those with a lapsed lease due at `$now`. A group with
+/// nothing active costs a claim nothing however many were ever named
+/// (docs/groups.md); its limits, when it has any, are joined by name.
+macro_rules! claim_groups_sql {
+    ($table:literal, $leases:literal, $now:literal) => {
+        concat!(
+            "WITH RECURSIVE walk (name) AS (SELECT (SELECT receipt_group FROM ",
+            $table,
+            " WHERE receipt_group > '' AND ",
+            unleased_sql!(),
+            " ORDER BY receipt_group LIMIT 1) UNION ALL SELECT (SELECT receipt_group FROM ",
+            $table,
+            " WHERE receipt_group > walk.name AND ",
+            unleased_sql!(),
+            " ORDER BY receipt_group LIMIT 1) FROM walk WHERE walk.name IS NOT NULL), \
+             named (name) AS (SELECT name FROM walk WHERE name IS NOT NULL \
+               UNION SELECT receipt_group FROM ",
+            $leases,
+            " WHERE ",
+            lapsed_sql!($now),
+            " AND next_visible_at_ms <= ",
+            $now,
+            ") SELECT n.name, COALESCE(g.paused, false) AS paused, g.max_leased, g.rate_per_s, \
+               g.burst, g.tokens, g.tokens_at_ms \
+             FROM named AS n LEFT JOIN receipt_groups AS g ON g.name = n.name ORDER BY n.name"
+        )
+    };
+}
+pub(crate) use claim_groups_sql;
+
 /// Claimable once due, its lease lapsed at `$now`: a range of
 /// `receipts_leases`. A lease implies an active row (a CHECK of each
 /// backend's table), so the status is not named: SQLite's index carries the

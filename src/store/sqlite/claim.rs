@@ -168,7 +168,7 @@ pub fn claim_due(
     only: &[GroupName],
     turn: &Turn,
 ) -> StoreResult<DueClaims<Claimed>> {
-    let mut groups = read_groups(conn, only)?;
+    let mut groups = read_groups(conn, only, now)?;
     in_turn(&mut groups, &turn_after(turn));
     let live = live_leased(conn, &groups, now)?;
     let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
@@ -300,9 +300,13 @@ mod tests {
                     .expect("claim");
             }
             if round == 0 {
-                conn.execute("INSERT INTO receipt_groups (name) VALUES ('other')", [])
-                    .expect("a second group");
-                super::super::groups::forget_groups();
+                conn.execute(
+                    "INSERT INTO receipts (receipt_id, finalized_at, status, attempts, \
+                     row_version, created_at_ms, receipt_group, next_visible_at_ms) \
+                     VALUES ('r', 1, 'active', 0, 0, 0, 'other', 100)",
+                    [],
+                )
+                .expect("a second group with work");
             }
         }
         for sql in [PICK_ONE_GROUP, PICK_DUE] {

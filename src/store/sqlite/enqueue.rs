@@ -54,7 +54,6 @@ pub fn enqueue(conn: &Connection, items: &[EnqueueItem]) -> StoreResult<Vec<Enqu
             .filter(|r| created.contains(r.receipt_id.as_str())),
     );
     if !named.is_empty() {
-        super::groups::forget_groups();
         let mut stmt = conn.prepare_cached(
             "INSERT INTO receipt_groups (name) SELECT value FROM json_each(?1) WHERE true \
              ON CONFLICT (name) DO NOTHING",

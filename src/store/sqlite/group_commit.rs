@@ -252,8 +252,6 @@ pub(super) fn in_savepoint<T>(
         // Fails only when the transaction is already gone, which the group
         // checks before it commits.
         let _ = run(format!("ROLLBACK TO {name}"));
-        // The writer's copy of the group table may hold what was just undone.
-        super::groups::forget_groups();
     }
     if !conn.is_autocommit()
         && let Err(e) = run(format!("RELEASE {name}"))
@@ -261,7 +259,6 @@ pub(super) fn in_savepoint<T>(
         // A request answered with an error must leave nothing behind.
         let _ = run(format!("ROLLBACK TO {name}"));
         let _ = run(format!("RELEASE {name}"));
-        super::groups::forget_groups();
         return Err(e.into());
     }
     result

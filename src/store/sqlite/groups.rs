@@ -1,6 +1,5 @@
-//! Groups on SQLite (docs/groups.md): the writer's cached copy of the group
-//! table, the limits a claim meets (live leases, rate tokens), and the
-//! operator's limits.
+//! Groups on SQLite (docs/groups.md): the groups a claim looks at, the
+//! limits it meets (live leases, rate tokens), and the operator's limits.
 
 use std::collections::HashMap;
 
@@ -11,9 +10,8 @@ use super::super::group_list::{self, GroupListRow};
 use super::lookup::json;
 use crate::domain::{GroupLimits, GroupName};
 use crate::store::fair::{FairClaim, GroupRow, limits};
+use crate::store::rules::{claim_groups_sql, lapsed_sql, unleased_sql};
 use crate::store::{GroupQuery, GroupView, StoreResult};
-
-const GROUP_COLUMNS: &str = "name, paused, max_leased, rate_per_s, burst, tokens, tokens_at_ms";
 
 fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
     let name: String = r.get(0)?;
@@ -32,44 +30,34 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
     )
 }
 
-/// Every group (or the named ones), by name.
-pub fn read_groups(conn: &Connection, only: &[GroupName]) -> StoreResult<Vec<GroupRow>> {
-    let all = GROUPS.with(|cached| cached.borrow().clone());
-    let all = match all {
-        Some(all) => all,
-        None => {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {GROUP_COLUMNS} FROM receipt_groups ORDER BY name"
-            ))?;
-            let rows = stmt
-                .query_map([], group_row)?
-                .collect::<Result<Vec<_>, _>>()?
-                .into_iter()
-                .collect::<StoreResult<Vec<_>>>()?;
-            let rows = std::sync::Arc::new(rows);
-            GROUPS.with(|cached| *cached.borrow_mut() = Some(rows.clone()));
-            rows
-        }
+/// The groups a claim looks at when it names none: those with active work, not
+/// every group ever named (docs/groups.md).
+const CLAIM_GROUPS: &str = claim_groups_sql!(
+    "receipts INDEXED BY receipts_due",
+    "receipts INDEXED BY receipts_leases",
+    "?1"
+);
+
+/// The groups a claim names (`?1`, a JSON array), each once, by name.
+const NAMED_GROUPS: &str = "SELECT n.name, COALESCE(g.paused, false), g.max_leased, g.rate_per_s, \
+     g.burst, g.tokens, g.tokens_at_ms \
+     FROM (SELECT DISTINCT value AS name FROM json_each(?1)) AS n \
+     LEFT JOIN receipt_groups AS g ON g.name = n.name ORDER BY n.name";
+
+/// The groups a claim at `now` may take from (`only`, or those with active
+/// work), by name, with their limits.
+pub fn read_groups(conn: &Connection, only: &[GroupName], now: i64) -> StoreResult<Vec<GroupRow>> {
+    let rows = if only.is_empty() {
+        let mut stmt = conn.prepare_cached(CLAIM_GROUPS)?;
+        stmt.query_map([now], group_row)?
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
+        let mut stmt = conn.prepare_cached(NAMED_GROUPS)?;
+        stmt.query_map([json(&names)?], group_row)?
+            .collect::<Result<Vec<_>, _>>()?
     };
-    Ok(all
-        .iter()
-        .filter(|g| only.is_empty() || only.iter().any(|o| o.as_str() == g.name))
-        .cloned()
-        .collect())
-}
-
-thread_local! {
-    /// The writer thread's copy of `receipt_groups`, so that a claim does
-    /// not read every group row again (one writer, so one thread, per
-    /// database). Every write to the table forgets it, before its commit:
-    /// a write that rolls back only costs a read.
-    static GROUPS: std::cell::RefCell<Option<std::sync::Arc<Vec<GroupRow>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Forget the writer's copy of the group table: called by every write to it.
-pub fn forget_groups() {
-    GROUPS.with(|cached| *cached.borrow_mut() = None);
+    rows.into_iter().collect()
 }
 
 /// Live leases per group, for the groups with a `max_leased`: read from
@@ -108,7 +96,6 @@ pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()>
     if spent.is_empty() {
         return Ok(());
     }
-    forget_groups();
     let mut stmt = conn.prepare_cached(
         "UPDATE receipt_groups SET tokens = ?2, tokens_at_ms = ?3 WHERE name = ?1",
     )?;
@@ -122,7 +109,7 @@ pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()>
 /// spends a token when they do and it has a rate. `Err(paused)` when not.
 pub fn admit_one(conn: &Connection, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
     let group = GroupName::from_stored(name.to_owned());
-    let groups = read_groups(conn, std::slice::from_ref(&group))?;
+    let groups = read_groups(conn, std::slice::from_ref(&group), now)?;
     let Some(row) = groups.first() else {
         return Ok(Ok(()));
     };
@@ -144,7 +131,6 @@ pub fn set_limits(
     limits: &GroupLimits,
     now: i64,
 ) -> StoreResult<()> {
-    forget_groups();
     conn.prepare_cached(
         "INSERT INTO receipt_groups AS g (name, paused, max_leased, rate_per_s, burst, \
          updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \

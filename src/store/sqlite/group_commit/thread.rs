@@ -185,7 +185,6 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
     // Everything answered so far assumed the group's transaction; if SQLite
     // dropped it, none of it is kept and nobody may hear otherwise.
     if conn.is_autocommit() {
-        super::super::groups::forget_groups();
         let e = lost();
         for f in finish {
             f(Some(&e));
@@ -197,7 +196,6 @@ fn commit_group(conn: &Connection, group: Vec<Job>, merged: &AtomicU64) -> bool 
         let _ = conn.execute_batch("ROLLBACK");
         // A claim in the group may have read the group table after another
         // spent from a bucket: that copy was never committed.
-        super::super::groups::forget_groups();
     }
     let failed = committed.as_ref().err();
     for f in finish {
