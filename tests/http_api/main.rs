@@ -8,6 +8,7 @@ mod access;
 mod actions;
 mod browser;
 mod claims;
+mod claims_with_outcomes;
 mod dead_letters;
 mod errors;
 mod feed;

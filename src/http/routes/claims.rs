@@ -6,18 +6,22 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use tokio::time::Instant;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::domain::{ClaimLimit, LeaseMs};
+use super::outcomes::record_items;
+use crate::domain::{ClaimLimit, Claimed, GroupName, LeaseMs, WorkerId};
 use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
 use crate::http::extract::{ApiJson, ApiPath};
 use crate::http::long_polls::FALLBACK_POLL;
 use crate::http::middleware::metrics::ClaimResult;
 use crate::http::middleware::spans;
-use crate::http::wire::{self, ClaimBody, MAX_WAIT_MS};
+use crate::http::wire::{
+    self, ClaimBody, MAX_BATCH_ITEMS, MAX_WAIT_MS, OutcomeRequest, OutcomeResult,
+};
 use crate::store::{DueClaims, ReceiptClaim};
 
 /// Routes of this module.
@@ -51,6 +55,14 @@ pub struct ClaimsIn {
     #[serde(default)]
     #[schema(min_items = 1, max_items = 100)]
     pub groups: Option<Vec<String>>,
+    /// Outcomes of this worker's earlier claims, recorded before it claims
+    /// (0..=1024 items): each judged on its own exactly as
+    /// `POST /v1/outcomes` judges it, all of them in one durable commit,
+    /// answered in `results`. A worker reports what it finished and asks for
+    /// more work in one round trip.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<OutcomeRequest>>, max_items = 1024)]
+    pub outcomes: Option<Vec<Box<RawValue>>>,
 }
 
 /// Most groups one claim may name.
@@ -65,13 +77,33 @@ pub struct ClaimsOut {
     /// this many ms may get more (a long poll waits for it itself).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub look_again_ms: Option<u64>,
+    /// One result per item of the request's `outcomes`, in order, as
+    /// `POST /v1/outcomes` answers them; present when the request had
+    /// `outcomes`. The outcomes are recorded before the claim is made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub results: Option<Vec<OutcomeResult>>,
+    /// Why the claim failed after the request's `outcomes` were recorded
+    /// (`claims` is then empty): the `results` stand, and a new claim may
+    /// be made at once. Without `outcomes` a failed claim is the request's
+    /// error status instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_error: Option<Problem>,
 }
 
-/// Claim up to `limit` due receipts.
+/// Claim up to `limit` due receipts, after recording the outcomes sent along.
 ///
 /// With `wait_ms` the call waits up to that long and returns as soon as it
 /// has claimed something; it is woken when work is enqueued, released or
 /// redriven.
+///
+/// With `outcomes` the request first records them as `POST /v1/outcomes`
+/// does, then claims. Anything malformed in the claim's own fields is a
+/// 422 that records nothing. A claim that fails once the outcomes are
+/// recorded answers 200 with `results` and `claim_error`. A request sent
+/// again after its answer was lost records nothing twice: each outcome
+/// already recorded is refused on its own (409 `receipt_finished` or
+/// `lease_conflict`, or the same `dead_lettered` route) and
+/// `GET /v1/receipts/{id}` shows what was recorded.
 #[utoipa::path(post, path = "/v1/claims", security(("bearer" = ["worker", "operator"])), operation_id = "v1.claims.create", tag = "claims",
     request_body = ClaimsIn,
     responses(
@@ -105,6 +137,47 @@ async fn claim_batch(
             .map(|g| wire::parse_group(g))
             .collect::<Result<Vec<_>, _>>()?,
     };
+    if let Some(items) = &body.outcomes
+        && items.len() > MAX_BATCH_ITEMS
+    {
+        return Err(ApiError::validation(
+            ProblemCode::BatchSize,
+            "outcomes holds 0..=1024 items",
+        ));
+    }
+    let results = match body.outcomes {
+        Some(items) if !items.is_empty() => Some(record_items(&app, items).await?),
+        Some(_) => Some(Vec::new()),
+        None => None,
+    };
+    let claimed = claim_waiting(&app, &worker, lease, limit, &only, wait_ms).await;
+    let (due, claim_error) = match claimed {
+        Ok(due) => (due, None),
+        Err(e) if results.is_some() => {
+            let problem = e.problem();
+            tracing::warn!(code = ?problem.code, detail = %problem.detail,
+                "a claim failed after the outcomes sent with it were recorded");
+            (DueClaims::default(), Some(problem))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Json(ClaimsOut {
+        claims: due.claims.into_iter().map(ClaimBody::from).collect(),
+        look_again_ms: due.look_again_ms,
+        results,
+        claim_error,
+    }))
+}
+
+/// Claim, waiting up to `wait_ms` for work when none is due.
+async fn claim_waiting(
+    app: &AppState,
+    worker: &WorkerId,
+    lease: LeaseMs,
+    limit: ClaimLimit,
+    only: &[GroupName],
+    wait_ms: u64,
+) -> Result<DueClaims<Claimed>, ApiError> {
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let notifier = app.store.work_notifier();
     let waits = app.waits.clone();
@@ -132,7 +205,7 @@ async fn claim_batch(
             let started = Instant::now();
             due = app
                 .store
-                .claim_from(&worker, app.now(), lease, limit, &only)
+                .claim_from(worker, app.now(), lease, limit, only)
                 .await?;
             // Only a look at every group, that no limit held back, tells
             // the other polls that nothing is due.
@@ -152,10 +225,7 @@ async fn claim_batch(
             } else {
                 ClaimResult::Empty
             });
-            return Ok(Json(ClaimsOut {
-                claims: due.claims.into_iter().map(ClaimBody::from).collect(),
-                look_again_ms: due.look_again_ms,
-            }));
+            return Ok(due);
         }
         // A rate limit says when a token comes: look again then.
         let look_again = due

@@ -79,9 +79,19 @@ async fn record_batch(
     ApiJson(body): ApiJson<OutcomeBatchIn>,
 ) -> Result<Json<OutcomeBatchOut>, ApiError> {
     wire::check_batch_len(body.outcomes.len())?;
-    let mut results = Vec::with_capacity(body.outcomes.len());
+    let results = record_items(&app, body.outcomes).await?;
+    Ok(Json(OutcomeBatchOut { results }))
+}
+
+/// Judge each item on its own and record the valid ones in one durable
+/// commit: one result per item, in order. An error means none was recorded.
+pub(super) async fn record_items(
+    app: &AppState,
+    items: Vec<Box<RawValue>>,
+) -> Result<Vec<OutcomeResult>, ApiError> {
+    let mut results = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
-    for item in body.outcomes {
+    for item in items {
         let pair = match wire::parse_item::<OutcomeRequest>(&item).and_then(|r| r.parse(None)) {
             Ok(pair) => pair,
             Err(e) => {
@@ -114,7 +124,7 @@ async fn record_batch(
             Err(e) => results[index].error = Some(e.problem()),
         }
     }
-    Ok(Json(OutcomeBatchOut { results }))
+    Ok(results)
 }
 
 /// Extend a lease (heartbeat).
