@@ -16,6 +16,7 @@ pub mod sqlite;
 mod stats;
 mod status;
 mod views;
+mod walk;
 
 use std::sync::Arc;
 

@@ -159,6 +159,38 @@ async fn every_group_gets_its_turn(fresh: Fresh) {
     assert_eq!(again.len(), 30, "then each a second time");
 }
 
+/// More groups with work than a claim walks before it looks at them: a
+/// claim of one still finds the one group with a receipt due, past 150
+/// whose receipts are not due yet.
+async fn a_claim_finds_due_work_past_many_groups_with_none_due(fresh: Fresh) {
+    let mut receipts: Vec<NewReceipt> = (0..150)
+        .map(|g| in_group(&format!("later-{g}"), &format!("g{g:03}"), T0 + 1_000_000))
+        .collect();
+    receipts.push(in_group("due", "zz", T0 - 1));
+    enqueue_new(&fresh, &receipts, T0).await;
+    assert_eq!(claim_n(&fresh, 1, T0, &[]).await, ["zz"]);
+    assert!(claim_n(&fresh, 1, T0, &[]).await.is_empty());
+}
+
+/// With more groups than a claim walks, the turn still goes round every
+/// group, wrapping past the last name, before any group is served twice.
+async fn every_one_of_many_groups_gets_its_turn(fresh: Fresh) {
+    let receipts: Vec<NewReceipt> = (0..150)
+        .flat_map(|g| {
+            (0..2).map(move |i| in_group(&format!("g{g:03}-{i}"), &format!("g{g:03}"), T0 - 10 + i))
+        })
+        .collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let mut served = Vec::new();
+    for _ in 0..40 {
+        served.extend(claim_n(&fresh, 5, T0, &[]).await);
+    }
+    let first: std::collections::BTreeSet<&String> = served[..150].iter().collect();
+    assert_eq!(first.len(), 150, "each group once before any twice");
+    let second: std::collections::BTreeSet<&String> = served[150..].iter().collect();
+    assert_eq!(second.len(), 50, "then round again from the first");
+}
+
 async fn a_claim_may_name_its_groups(fresh: Fresh) {
     let receipts = [
         in_group("a", "rail:ach", T0 - 3),
@@ -434,6 +466,8 @@ async fn each_group_counts_only_its_own_leases(fresh: Fresh) {
 
 crate::on_every_backend!(
     the_group_is_part_of_the_identity_and_shown,
+    a_claim_finds_due_work_past_many_groups_with_none_due,
+    every_one_of_many_groups_gets_its_turn,
     each_group_counts_only_its_own_leases,
     a_small_group_gets_its_share_from_the_first_claim,
     every_group_gets_its_turn,

@@ -14,6 +14,7 @@ use crate::store::rows::ReceiptRow;
 use crate::store::rules::{
     claimable_sql, lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql,
 };
+use crate::store::walk::{walk_bound, walked_enough};
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
 /// The priorities in use among the claimable rows holding no lease of each
@@ -249,8 +250,14 @@ pub(super) async fn lease_due(
     only: &[GroupName],
     turn: &Turn,
 ) -> StoreResult<DueClaims<Claimed>> {
-    let mut fair = groups_for_claim(tx, only, &turn_after(turn), now, slots.len() as u64).await?;
-    let quotas = share_out(tx, &mut fair, now).await?;
+    let (after, wanted) = (turn_after(turn), slots.len() as u64);
+    let bound = Some(walk_bound(wanted));
+    let (mut fair, complete) = groups_for_claim(tx, only, &after, now, wanted, bound).await?;
+    let mut quotas = share_out(tx, &mut fair, now).await?;
+    if !complete && !walked_enough(&quotas, wanted) {
+        (fair, _) = groups_for_claim(tx, only, &after, now, wanted, None).await?;
+        quotas = share_out(tx, &mut fair, now).await?;
+    }
     fair.pass_turn(turn, &quotas);
     let (names, quotas): (Vec<&str>, Vec<i64>) = fair
         .groups

@@ -9,12 +9,13 @@ use super::super::group_list::{self, GroupListRow};
 use super::{PostgresStore, Tx};
 use crate::domain::{GroupLimits, GroupName, UnixMs};
 use crate::store::fair::{FairClaim, GroupRow, in_turn, limits};
-use crate::store::rules::{claim_groups_sql, lapsed_sql, unleased_sql};
+use crate::store::rules::{claim_groups_sql, lapsed_sql, next_group_sql, unleased_sql};
+use crate::store::walk::walked_groups;
 use crate::store::{GroupQuery, GroupView, StoreResult};
 
 /// The groups a claim may take from when it names none: those with active
 /// work, not every group ever named (docs/groups.md).
-const GROUPS: &str = claim_groups_sql!("receipts", "receipts", "$1");
+const GROUPS: &str = claim_groups_sql!("receipts", "receipts", "$1", "$2::text", "$3::int8");
 
 /// The groups a claim names (`$1`), each once, by name, with their limits
 /// when they have any.
@@ -48,6 +49,14 @@ struct StoredGroup {
     tokens_at_ms: Option<i64>,
 }
 
+/// A row of [`GROUPS`]: the group, and whether the walk found it.
+#[derive(sqlx::FromRow)]
+struct WalkedGroup {
+    #[sqlx(flatten)]
+    group: StoredGroup,
+    walked: i32,
+}
+
 impl StoredGroup {
     fn row(self) -> StoreResult<GroupRow> {
         Ok(GroupRow {
@@ -59,30 +68,42 @@ impl StoredGroup {
 }
 
 /// The groups a claim may take from, the limited ones locked, and their
-/// live leases.
+/// live leases; with no groups named, those of a walk of at most `bound`
+/// groups with work (`None`: every one). The second value says whether
+/// these are all the groups the claim may take from.
 pub(super) async fn groups_for_claim(
     tx: &mut Tx,
     only: &[GroupName],
     after: &str,
     now: i64,
     wanted: u64,
-) -> StoreResult<FairClaim> {
+    bound: Option<u64>,
+) -> StoreResult<(FairClaim, bool)> {
     let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
-    let stored: Vec<StoredGroup> = if names.is_empty() {
-        sqlx::query_as(GROUPS)
+    let (mut groups, complete) = if names.is_empty() {
+        let bound = bound.unwrap_or(u64::MAX);
+        let rows: Vec<WalkedGroup> = sqlx::query_as(GROUPS)
             .bind(now)
+            .bind(after)
+            .bind(i64::try_from(bound).unwrap_or(i64::MAX))
             .fetch_all(&mut **tx)
-            .await?
+            .await?;
+        let rows = rows
+            .into_iter()
+            .map(|r| Ok((r.group.row()?, r.walked != 0)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        walked_groups(rows, after, bound)
     } else {
-        sqlx::query_as(NAMED_GROUPS)
+        let stored: Vec<StoredGroup> = sqlx::query_as(NAMED_GROUPS)
             .bind(&names)
             .fetch_all(&mut **tx)
-            .await?
+            .await?;
+        let groups = stored
+            .into_iter()
+            .map(StoredGroup::row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        (groups, true)
     };
-    let mut groups = stored
-        .into_iter()
-        .map(StoredGroup::row)
-        .collect::<StoreResult<Vec<_>>>()?;
     in_turn(&mut groups, after);
     let limited: Vec<&str> = groups
         .iter()
@@ -116,7 +137,7 @@ pub(super) async fn groups_for_claim(
             }
         }
     }
-    Ok(FairClaim::new(groups, &live, now, wanted))
+    Ok((FairClaim::new(groups, &live, now, wanted), complete))
 }
 
 /// Whether group `name`'s limits let a claim by id take one receipt now
@@ -124,7 +145,7 @@ pub(super) async fn groups_for_claim(
 /// and it has a rate. `Err(paused)` when not.
 pub(super) async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
     let group = GroupName::from_stored(name.to_owned());
-    let fair = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1).await?;
+    let (fair, _) = groups_for_claim(tx, std::slice::from_ref(&group), "", now, 1, None).await?;
     match fair.admit_one() {
         Ok(spent) => spend(tx, spent).await.map(Ok),
         Err(paused) => Ok(Err(paused)),

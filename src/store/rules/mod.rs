@@ -14,8 +14,8 @@ mod miss;
 mod sql;
 pub use miss::{changed_while_claimed, explain_miss, mismatch, refused_plan};
 pub(crate) use sql::{
-    cas_sql, claim_groups_sql, claimable_sql, history_insert, lapsed_sql, outcome_set_sql,
-    priority_below_sql, top_priority_sql, unleased_sql,
+    cas_sql, claim_groups_sql, claimable_sql, history_insert, lapsed_sql, next_group_sql,
+    outcome_set_sql, priority_below_sql, top_priority_sql, unleased_sql,
 };
 
 /// The claim fields of the compare-and-swap, as the database binds them.

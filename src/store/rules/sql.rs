@@ -141,34 +141,63 @@ macro_rules! priority_below_sql {
 }
 pub(crate) use priority_below_sql;
 
-/// The groups a claim looks at when it names none, in name order: those
-/// with rows holding no lease (a loose index scan of `receipts_due`, one
-/// probe per such group, read from `$table`, which may name the index for
-/// SQLite), and those with a lapsed lease due at `$now`. A group with
-/// nothing active costs a claim nothing however many were ever named
-/// (docs/groups.md); its limits, when it has any, are joined by name.
-macro_rules! claim_groups_sql {
-    ($table:literal, $leases:literal, $now:literal) => {
+/// The first group after `$after` with rows holding no lease: one probe
+/// of `receipts_due` (read from `$table`, which may name it for SQLite).
+macro_rules! next_group_sql {
+    ($table:literal, $after:literal) => {
         concat!(
-            "WITH RECURSIVE walk (name) AS (SELECT (SELECT receipt_group FROM ",
+            "(SELECT receipt_group FROM ",
             $table,
-            " WHERE receipt_group > '' AND ",
+            " WHERE receipt_group > ",
+            $after,
+            " AND ",
             unleased_sql!(),
-            " ORDER BY receipt_group LIMIT 1) UNION ALL SELECT (SELECT receipt_group FROM ",
-            $table,
-            " WHERE receipt_group > walk.name AND ",
-            unleased_sql!(),
-            " ORDER BY receipt_group LIMIT 1) FROM walk WHERE walk.name IS NOT NULL), \
-             named (name) AS (SELECT name FROM walk WHERE name IS NOT NULL \
-               UNION SELECT receipt_group FROM ",
+            " ORDER BY receipt_group LIMIT 1)"
+        )
+    };
+}
+pub(crate) use next_group_sql;
+
+/// The groups a claim looks at when it names none: those with rows holding
+/// no lease, in turn order from the first after `$after` (wrapping around
+/// to it), at most `$bound` of them (`walked` 1), one probe of
+/// `receipts_due` each; and those with a lapsed lease due at `$now` (from
+/// `$leases`, `walked` 0). Each with its limits, when it has any. A group
+/// with nothing active costs a claim nothing however many were ever named,
+/// and a claim over many groups with work walks as many as it may need
+/// (docs/groups.md, "What it costs"; `store::fair::walked_groups`).
+macro_rules! claim_groups_sql {
+    ($table:literal, $leases:literal, $now:literal, $after:literal, $bound:literal) => {
+        concat!(
+            "WITH RECURSIVE a (name, n) AS (SELECT ",
+            next_group_sql!($table, $after),
+            ", 1 UNION ALL SELECT ",
+            next_group_sql!($table, "a.name"),
+            ", a.n + 1 FROM a WHERE a.name IS NOT NULL AND a.n < ",
+            $bound,
+            "), c (k) AS (SELECT COUNT(*) FROM a WHERE name IS NOT NULL), \
+             b (name, n, k) AS (SELECT ",
+            next_group_sql!($table, "''"),
+            ", 1, c.k FROM c WHERE c.k < ",
+            $bound,
+            " UNION ALL SELECT ",
+            next_group_sql!($table, "b.name"),
+            ", b.n + 1, b.k FROM b WHERE b.name IS NOT NULL AND b.name <= ",
+            $after,
+            " AND b.n + b.k < ",
+            $bound,
+            "), named (name, walked) AS (SELECT name, 1 FROM a WHERE name IS NOT NULL \
+               UNION ALL SELECT name, 1 FROM b WHERE name IS NOT NULL AND name <= ",
+            $after,
+            " UNION ALL SELECT DISTINCT receipt_group, 0 FROM ",
             $leases,
             " WHERE ",
             lapsed_sql!($now),
             " AND next_visible_at_ms <= ",
             $now,
             ") SELECT n.name, COALESCE(g.paused, false) AS paused, g.max_leased, g.rate_per_s, \
-               g.burst, g.tokens, g.tokens_at_ms \
-             FROM named AS n LEFT JOIN receipt_groups AS g ON g.name = n.name ORDER BY n.name"
+               g.burst, g.tokens, g.tokens_at_ms, n.walked \
+             FROM named AS n LEFT JOIN receipt_groups AS g ON g.name = n.name"
         )
     };
 }

@@ -15,6 +15,7 @@ use crate::store::rows::{ReceiptRow, receipt_columns};
 use crate::store::rules::{
     claimable_sql, lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql,
 };
+use crate::store::walk::{walk_bound, walked_enough};
 use crate::store::{ReceiptClaim, StoreResult, rules};
 
 /// The priorities in use among the claimable rows holding no lease of each
@@ -157,21 +158,21 @@ fn read_due(
     Ok(())
 }
 
-/// A fair claim over `only` (empty: every group), all or nothing, its
-/// turn starting after `turn`'s group.
-pub fn claim_due(
+/// Read the groups (a walk of at most `bound` with work when none is named)
+/// and their due rows until the round robin is known: the claim, the rows
+/// read whole (one group alone), and whether every group was looked at.
+fn share_out(
     conn: &Connection,
-    worker_id: &WorkerId,
-    now: i64,
-    until: i64,
-    limit: ClaimLimit,
     only: &[GroupName],
-    turn: &Turn,
-) -> StoreResult<DueClaims<Claimed>> {
-    let mut groups = read_groups(conn, only, now)?;
-    in_turn(&mut groups, &turn_after(turn));
+    now: i64,
+    after: &str,
+    wanted: u64,
+    bound: Option<u64>,
+) -> StoreResult<(FairClaim, HashMap<String, ReceiptRow>, bool)> {
+    let (mut groups, complete) = read_groups(conn, only, now, after, bound)?;
+    in_turn(&mut groups, after);
     let live = live_leased(conn, &groups, now)?;
-    let mut fair = FairClaim::new(groups, &live, now, limit.get() as u64);
+    let mut fair = FairClaim::new(groups, &live, now, wanted);
     let mut rows: HashMap<String, ReceiptRow> = HashMap::new();
     match fair.next_reads() {
         // One group (the default group alone, say): its rows in one read,
@@ -196,6 +197,26 @@ pub fn claim_due(
             }
         }
         None => {}
+    }
+    Ok((fair, rows, complete))
+}
+
+/// A fair claim over `only` (empty: every group), all or nothing, its
+/// turn starting after `turn`'s group.
+pub fn claim_due(
+    conn: &Connection,
+    worker_id: &WorkerId,
+    now: i64,
+    until: i64,
+    limit: ClaimLimit,
+    only: &[GroupName],
+    turn: &Turn,
+) -> StoreResult<DueClaims<Claimed>> {
+    let (after, wanted) = (turn_after(turn), limit.get() as u64);
+    let bound = Some(walk_bound(wanted));
+    let (mut fair, mut rows, complete) = share_out(conn, only, now, &after, wanted, bound)?;
+    if !complete && !walked_enough(&fair.quotas(), wanted) {
+        (fair, rows, _) = share_out(conn, only, now, &after, wanted, None)?;
     }
     let picks = fair.picks();
     if rows.is_empty() {

@@ -10,7 +10,8 @@ use super::super::group_list::{self, GroupListRow};
 use super::lookup::json;
 use crate::domain::{GroupLimits, GroupName};
 use crate::store::fair::{FairClaim, GroupRow, limits};
-use crate::store::rules::{claim_groups_sql, lapsed_sql, unleased_sql};
+use crate::store::rules::{claim_groups_sql, lapsed_sql, next_group_sql, unleased_sql};
+use crate::store::walk::walked_groups;
 use crate::store::{GroupQuery, GroupView, StoreResult};
 
 fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
@@ -30,12 +31,14 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoreResult<GroupRow>> {
     )
 }
 
-/// The groups a claim looks at when it names none: those with active work, not
-/// every group ever named (docs/groups.md).
+/// The groups a claim looks at when it names none (see
+/// `claim_groups_sql`): `?1` now, `?2` the turn, `?3` the bound.
 const CLAIM_GROUPS: &str = claim_groups_sql!(
     "receipts INDEXED BY receipts_due",
     "receipts INDEXED BY receipts_leases",
-    "?1"
+    "?1",
+    "?2",
+    "?3"
 );
 
 /// The groups a claim names (`?1`, a JSON array), each once, by name.
@@ -44,20 +47,36 @@ const NAMED_GROUPS: &str = "SELECT n.name, COALESCE(g.paused, false), g.max_leas
      FROM (SELECT DISTINCT value AS name FROM json_each(?1)) AS n \
      LEFT JOIN receipt_groups AS g ON g.name = n.name ORDER BY n.name";
 
-/// The groups a claim at `now` may take from (`only`, or those with active
-/// work), by name, with their limits.
-pub fn read_groups(conn: &Connection, only: &[GroupName], now: i64) -> StoreResult<Vec<GroupRow>> {
-    let rows = if only.is_empty() {
+/// The groups a claim at `now` may take from, with their limits: `only`,
+/// or those of a walk of at most `bound` groups with work in turn after
+/// `after` (`None`: every one). The second value says whether these are
+/// all the groups the claim may take from.
+pub fn read_groups(
+    conn: &Connection,
+    only: &[GroupName],
+    now: i64,
+    after: &str,
+    bound: Option<u64>,
+) -> StoreResult<(Vec<GroupRow>, bool)> {
+    if only.is_empty() {
+        let bound = bound.unwrap_or(u64::MAX);
         let mut stmt = conn.prepare_cached(CLAIM_GROUPS)?;
-        stmt.query_map([now], group_row)?
+        let rows = stmt
+            .query_map(
+                rusqlite::params![now, after, i64::try_from(bound).unwrap_or(i64::MAX)],
+                |r| Ok(group_row(r)?.map(|g| (g, r.get::<_, i64>(7).is_ok_and(|w| w != 0)))),
+            )?
             .collect::<Result<Vec<_>, _>>()?
-    } else {
-        let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
-        let mut stmt = conn.prepare_cached(NAMED_GROUPS)?;
-        stmt.query_map([json(&names)?], group_row)?
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    rows.into_iter().collect()
+            .into_iter()
+            .collect::<StoreResult<Vec<_>>>()?;
+        return Ok(walked_groups(rows, after, bound));
+    }
+    let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
+    let mut stmt = conn.prepare_cached(NAMED_GROUPS)?;
+    let rows = stmt
+        .query_map([json(&names)?], group_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((rows.into_iter().collect::<StoreResult<Vec<_>>>()?, true))
 }
 
 /// Live leases per group, for the groups with a `max_leased`: read from
@@ -109,7 +128,7 @@ pub fn spend(conn: &Connection, spent: &[(String, f64, i64)]) -> StoreResult<()>
 /// spends a token when they do and it has a rate. `Err(paused)` when not.
 pub fn admit_one(conn: &Connection, name: &str, now: i64) -> StoreResult<Result<(), bool>> {
     let group = GroupName::from_stored(name.to_owned());
-    let groups = read_groups(conn, std::slice::from_ref(&group), now)?;
+    let (groups, _) = read_groups(conn, std::slice::from_ref(&group), now, "", None)?;
     let Some(row) = groups.first() else {
         return Ok(Ok(()));
     };

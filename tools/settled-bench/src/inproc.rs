@@ -119,6 +119,8 @@ pub struct Workload {
     pub deadline: Duration,
     /// Receipts spread over this many groups (0: none named).
     pub groups: usize,
+    /// HTTP workers send each batch's outcomes with their next claim.
+    pub carry: bool,
 }
 
 /// Preload, enqueue and settle the workload on a fresh `store`.

@@ -6,11 +6,13 @@
 //! Build first: `cargo build --release --bins`, then e.g.
 //! `target/release/settled-bench --spawn sqlite --receipts 50000 --workers 8 --batch 256`.
 
+mod args;
 mod common;
 mod counts;
 mod cpu;
 mod db_cpu;
 mod http;
+mod idle;
 mod inproc;
 mod pg_cost;
 mod raw;
@@ -23,101 +25,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, ValueEnum};
+use args::{Args, Backend};
+use clap::Parser;
 
-use common::{Ids, Ledger, Mix, Pacer, Res, err, far_future_ms, progress, run_id};
+use common::{Ids, Ledger, Pacer, Res, err, far_future_ms, progress, run_id};
 use http::Api;
 use inproc::Workload;
 use report::Report;
 use server::{FreshDb, Server};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-/// Benchmark settled: enqueue, settle over HTTP, check invariants, compare with in-process.
-#[derive(Debug, Parser)]
-#[command(name = "settled-bench", version)]
-struct Args {
-    /// Start the `settled` binary next to this one on a fresh database of this backend.
-    #[arg(long, value_enum, conflicts_with = "url")]
-    spawn: Option<Backend>,
-    /// With --spawn postgres: start this many `settled` processes on the one
-    /// fresh database; workers are spread over them in turn (worker n on
-    /// replica n mod N), producers enqueue through the first.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
-    replicas: u16,
-    /// Drive a running server instead (receipt ids are unique to the run).
-    #[arg(long, required_unless_present = "spawn")]
-    url: Option<String>,
-    /// Bearer token for --url (a role that may enqueue, claim, report and read).
-    #[arg(long)]
-    token: Option<String>,
-    /// PostgreSQL server on which fresh databases are created (and dropped at the end).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
-    postgres_url: String,
-    /// Receipts to enqueue and settle.
-    #[arg(long, default_value_t = 10_000)]
-    receipts: usize,
-    /// Receipts per `POST /v1/receipts/batch`.
-    #[arg(long, default_value_t = 1024)]
-    enqueue_batch: usize,
-    /// Concurrent producers.
-    #[arg(long, default_value_t = 4)]
-    producers: usize,
-    /// Concurrent workers.
-    #[arg(long, default_value_t = 8)]
-    workers: usize,
-    /// Claim batch size (1: one outcome per request on /v1/receipts/{id}/outcome).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    batch: u16,
-    /// Outcome weights: accepted, retryable (code rpc), permanent, skipped.
-    #[arg(long, default_value = "accepted=90,retryable=8,permanent=2")]
-    mix: Mix,
-    /// Claim at most this many receipts a second (to measure latency at a given load).
-    /// Retries are claims too, so receipts finish ~10% slower with the default mix.
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Spread the receipts over this many groups (`g0000`, `g0001`, …), so
-    /// that every claim is shared out over them (0: no group named).
-    #[arg(long, default_value_t = 0)]
-    groups: usize,
-    /// Extra receipts enqueued first, never due, sitting pending through the run.
-    #[arg(long, default_value_t = 0)]
-    preload: usize,
-    /// Lease length of claims.
-    #[arg(long, default_value_t = 60_000)]
-    lease_ms: u64,
-    /// Give up settling after this many seconds (invariants then fail).
-    #[arg(long, default_value_t = 600)]
-    timeout_s: u64,
-    /// Read every receipt back when there are at most this many, else a sample.
-    #[arg(long, default_value_t = 20_000)]
-    verify_all_up_to: usize,
-    /// Receipts read back when sampling.
-    #[arg(long, default_value_t = 2_000)]
-    verify_sample: usize,
-    /// Skip the in-process comparison.
-    #[arg(long)]
-    no_inprocess: bool,
-    /// Also run the same lease cycle as plain SQL on a fresh database of the
-    /// same backend (no HTTP, no settled code) and report settled's share of it.
-    #[arg(long)]
-    raw: bool,
-    /// Workers of the plain-SQL run (default: --workers). On SQLite they take
-    /// turns on one connection; 1 claims and completes one batch at a time.
-    #[arg(long, requires = "raw")]
-    raw_workers: Option<usize>,
-    /// SQLite plain-SQL run: commit every claim and every completion on its
-    /// own, instead of one commit per round of the workers' turns.
-    #[arg(long, requires = "raw")]
-    raw_commit_each: bool,
-    /// Print one JSON object on stdout (the summary then goes to stderr).
-    #[arg(long)]
-    json: bool,
-}
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -175,6 +90,7 @@ fn workload(args: &Args) -> Workload {
         mix: args.mix.clone(),
         deadline: Duration::from_secs(args.timeout_s),
         groups: args.groups,
+        carry: args.carry,
     }
 }
 
@@ -239,6 +155,9 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
     };
     let api = &apis[0];
     eprintln!("settled-bench: {backend} at {}", api.base);
+    if args.idle_groups > 0 {
+        idle::name_and_drain(api, &run, args.idle_groups, w.producers).await?;
+    }
     let mut failures = Vec::new();
     let before = api.counts().await?;
 
@@ -361,6 +280,7 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
         mix: w.mix.text.clone(),
         rate: args.rate,
         preload: w.preload,
+        idle_groups: args.idle_groups,
         preload_via,
         enqueued_per_sec: w.receipts as f64 / enqueue_elapsed_s,
         enqueue_elapsed_s,

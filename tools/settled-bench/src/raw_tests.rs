@@ -14,6 +14,7 @@ fn cycle(mix: &str, receipts: usize) -> Cycle {
         mix: mix.parse().expect("mix"),
         deadline: std::time::Duration::from_secs(1),
         groups: 0,
+        carry: false,
     };
     let ids = Ids {
         prefix: "raw-t".into(),

@@ -19,6 +19,8 @@ pub struct Report {
     pub mix: String,
     pub rate: Option<f64>,
     pub preload: usize,
+    /// Groups named once and drained before the run.
+    pub idle_groups: usize,
     pub preload_via: Option<String>,
     pub enqueued_per_sec: f64,
     pub enqueue_elapsed_s: f64,
@@ -121,6 +123,7 @@ impl Report {
             "mix": self.mix,
             "rate": self.rate,
             "preload": self.preload,
+            "idle_groups": self.idle_groups,
             "preload_via": self.preload_via,
             "enqueued_per_sec": round(self.enqueued_per_sec, 1),
             "enqueue_elapsed_s": round(self.enqueue_elapsed_s, 3),
@@ -209,6 +212,12 @@ impl Report {
             self.rate
                 .map_or_else(String::new, |r| format!(", rate limit {r}/s")),
         ));
+        if self.idle_groups > 0 {
+            line(format!(
+                "  idle       {} groups named once and drained before the run",
+                self.idle_groups
+            ));
+        }
         if self.preload > 0 {
             line(format!(
                 "  preload    {} never-due receipts pending, enqueued via {}",

@@ -70,7 +70,11 @@ pub async fn run(
         let api = apis[n % apis.len()].clone();
         let (ids, ledger, w) = (ids.clone(), ledger.clone(), w.clone());
         let pacer = pacer.clone();
-        tasks.spawn(async move { worker(api, ids, ledger, w, n, pacer, started).await });
+        if w.carry {
+            tasks.spawn(async move { carrying(api, ids, ledger, w, n, pacer, started).await });
+        } else {
+            tasks.spawn(async move { worker(api, ids, ledger, w, n, pacer, started).await });
+        }
     }
     let mut all = WorkerStats::default();
     let mut first = Ok(());
@@ -130,12 +134,7 @@ async fn worker(
         let mut meta = Vec::with_capacity(claims.len());
         for claim in &claims {
             let Some(index) = ids.index(&claim.receipt_id) else {
-                // Someone else's work on a shared server: give it straight back.
-                ledger.foreign.fetch_add(1, Ordering::Relaxed);
-                let path = format!("/v1/receipts/{}/lease", claim.receipt_id);
-                let _ = api
-                    .delete(&path, &serde_json::json!({ "claim": claim }))
-                    .await;
+                give_back(&api, &ledger, claim).await;
                 continue;
             };
             let (kind, outcome) = w.mix.outcome(index, claim.attempts);
@@ -161,6 +160,102 @@ async fn worker(
         }
     }
     Ok(stats)
+}
+
+/// A claim that carries the outcomes of the worker's last batch.
+#[derive(Serialize)]
+struct CarryingClaim<'a> {
+    worker_id: &'a str,
+    lease_ms: u64,
+    limit: usize,
+    outcomes: &'a [Item<'a>],
+}
+
+#[derive(Deserialize)]
+struct CarriedBody {
+    claims: Vec<Claim>,
+    #[serde(default)]
+    results: Vec<ItemResult>,
+}
+
+/// A worker that reports each batch's outcomes in its next claim request:
+/// one request per batch. Its claim latency is that whole round trip.
+async fn carrying(
+    api: Api,
+    ids: Ids,
+    ledger: Arc<Ledger>,
+    w: Workload,
+    n: usize,
+    pacer: Option<Arc<Pacer>>,
+    started: Instant,
+) -> Res<WorkerStats> {
+    let mut stats = WorkerStats::default();
+    let worker_id = format!("bench-http-{n}");
+    let mut held: Vec<Claim> = Vec::new();
+    let mut meta: Vec<(usize, Kind)> = Vec::new();
+    while (!ledger.all_done() || !held.is_empty()) && started.elapsed() < w.deadline {
+        if let Some(pacer) = &pacer {
+            pacer.take(w.batch).await;
+        }
+        let items: Vec<Item<'_>> = held
+            .iter()
+            .zip(&meta)
+            .map(|(claim, &(index, _))| Item {
+                claim,
+                outcome: w.mix.outcome(index, claim.attempts).1,
+            })
+            .collect();
+        let body = CarryingClaim {
+            worker_id: &worker_id,
+            lease_ms: w.lease_ms,
+            limit: w.batch,
+            outcomes: &items,
+        };
+        let t0 = Instant::now();
+        let answer = api.post("/v1/claims", &body).await;
+        stats.claim.push(t0.elapsed());
+        let answer = match answer {
+            Ok((200, bytes)) => serde_json::from_slice::<CarriedBody>(&bytes)?,
+            _ => {
+                // Nothing is known of the outcomes: send them again.
+                ledger.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        drop(items);
+        if answer.results.len() != meta.len() {
+            return Err(err(
+                "POST /v1/claims answered a different number of results",
+            ));
+        }
+        record(&ledger, &meta, answer.results);
+        held.clear();
+        meta.clear();
+        if answer.claims.is_empty() {
+            ledger.empty_claims.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        for claim in answer.claims {
+            let Some(index) = ids.index(&claim.receipt_id) else {
+                give_back(&api, &ledger, &claim).await;
+                continue;
+            };
+            meta.push((index, w.mix.outcome(index, claim.attempts).0));
+            held.push(claim);
+        }
+    }
+    Ok(stats)
+}
+
+/// Someone else's work on a shared server: give it straight back.
+async fn give_back(api: &Api, ledger: &Ledger, claim: &Claim) {
+    ledger.foreign.fetch_add(1, Ordering::Relaxed);
+    let path = format!("/v1/receipts/{}/lease", claim.receipt_id);
+    let _ = api
+        .delete(&path, &serde_json::json!({ "claim": claim }))
+        .await;
 }
 
 fn one(ledger: &Ledger, (index, kind): (usize, Kind), answer: Res<(u16, Vec<u8>)>) -> Res<()> {
@@ -190,7 +285,13 @@ fn batch(ledger: &Ledger, meta: &[(usize, Kind)], answer: Res<(u16, Vec<u8>)>) -
             "POST /v1/outcomes answered a different number of results",
         ));
     }
-    for (&(index, kind), result) in meta.iter().zip(body.results) {
+    record(ledger, meta, body.results);
+    Ok(())
+}
+
+/// Count each item's result.
+fn record(ledger: &Ledger, meta: &[(usize, Kind)], results: Vec<ItemResult>) {
+    for (&(index, kind), result) in meta.iter().zip(results) {
         match (result.route, result.error) {
             (Some(route), _) => ledger.route(index, kind, &route),
             (None, Some(p)) if p.class.as_deref() == Some("conflict") => {
@@ -201,5 +302,4 @@ fn batch(ledger: &Ledger, meta: &[(usize, Kind)], answer: Res<(u16, Vec<u8>)>) -
             }
         }
     }
-    Ok(())
 }
