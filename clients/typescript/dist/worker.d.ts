@@ -146,7 +146,8 @@ export declare class Worker {
     private takeOutcomes;
     /**
      * Whether the claim loop is about to send a claim (which takes the outcomes ready): not
-     * stopping, no claim on its way, not backing off or pausing, and a slot free.
+     * stopping, not backing off or pausing, and a claim on its way (a busy worker's next one
+     * follows it at once) or a slot free.
      */
     private claimSoon;
     /**
@@ -169,11 +170,12 @@ export declare class Worker {
     /**
      * The outcomes no claim is about to carry, in one POST /v1/outcomes.
      *
-     * The rule: when the claim loop is about to claim (claimSoon(): a slot free, no claim on
-     * its way, not pausing, not stopping), an outcome is left for that claim for at most
-     * LINGER_MS after it became ready; then, or at once when no claim is about to be sent (all
-     * slots busy, a long poll out, backing off, stopping), it is sent here. So an outcome waits
-     * at most LINGER_MS longer than before, and a stop still flushes all.
+     * The rule: when the claim loop is about to claim (claimSoon(): a claim on its way, or a
+     * slot free; not pausing, not stopping), an outcome is left for the next claim for at most
+     * LINGER_MS after it became ready; then, or at once when no claim is coming (all slots busy,
+     * backing off, pausing after an empty claim, stopping), it is sent here. A long poll out
+     * holds an outcome back LINGER_MS at most. So an outcome waits at most LINGER_MS longer
+     * than before, and a stop still flushes everything.
      */
     private sendOutcomes;
     private sendBatch;

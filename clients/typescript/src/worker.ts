@@ -568,6 +568,8 @@ export class Worker {
     for (const lease of this.leases.values()) if (lease.state === "queued" || lease.state === "running") held++;
     const reporting = this.leases.size - held;
     if (held >= this.o.concurrency || reporting >= 4 * this.o.concurrency) {
+      // No claim is coming: the outcomes left for one go now.
+      if (this.lingerUntil !== undefined) this.poke();
       await new Promise<void>((resolve) => (this.slotWaiter = resolve));
       this.slotWaiter = undefined;
       // Jobs finishing together free their slots one by one: gather them into one
@@ -702,10 +704,13 @@ export class Worker {
 
   /**
    * Whether the claim loop is about to send a claim (which takes the outcomes ready): not
-   * stopping, no claim on its way, not backing off or pausing, and a slot free.
+   * stopping, not backing off or pausing, and a claim on its way (a busy worker's next one
+   * follows it at once) or a slot free.
    */
   private claimSoon(): boolean {
-    if (this.stopping.signal.aborted || this.claimingDone || this.claimPhase !== "ready") return false;
+    if (this.stopping.signal.aborted || this.claimingDone) return false;
+    if (this.claimPhase === "pausing" || this.claimPhase === "done") return false;
+    if (this.claimPhase === "claiming") return true;
     let held = 0;
     for (const lease of this.leases.values()) if (lease.state === "queued" || lease.state === "running") held++;
     return held < this.o.concurrency && this.leases.size - held < 4 * this.o.concurrency;
@@ -953,11 +958,12 @@ export class Worker {
   /**
    * The outcomes no claim is about to carry, in one POST /v1/outcomes.
    *
-   * The rule: when the claim loop is about to claim (claimSoon(): a slot free, no claim on
-   * its way, not pausing, not stopping), an outcome is left for that claim for at most
-   * LINGER_MS after it became ready; then, or at once when no claim is about to be sent (all
-   * slots busy, a long poll out, backing off, stopping), it is sent here. So an outcome waits
-   * at most LINGER_MS longer than before, and a stop still flushes all.
+   * The rule: when the claim loop is about to claim (claimSoon(): a claim on its way, or a
+   * slot free; not pausing, not stopping), an outcome is left for the next claim for at most
+   * LINGER_MS after it became ready; then, or at once when no claim is coming (all slots busy,
+   * backing off, pausing after an empty claim, stopping), it is sent here. A long poll out
+   * holds an outcome back LINGER_MS at most. So an outcome waits at most LINGER_MS longer
+   * than before, and a stop still flushes everything.
    */
   private async sendOutcomes(): Promise<void> {
     const t = now();

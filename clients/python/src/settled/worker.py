@@ -497,6 +497,8 @@ class Worker:
                 reporting = len(self._leases) - held
                 if held >= self.concurrency or reporting >= 4 * self.concurrency:
                     self._slots.clear()
+                    if self._linger_until is not None:
+                        self._poke()  # no claim is coming: the outcomes left for one go now
                     await self._either(self._slots.wait(), timeout=None)
                     if not self._stopping.is_set():
                         # Jobs finishing together free their slots one by one: gather
@@ -616,9 +618,12 @@ class Worker:
 
     def _claim_soon(self) -> bool:
         """Whether the claim loop is about to send a claim (which takes the outcomes ready):
-        not stopping, no claim on its way, not backing off or pausing, and a slot free."""
-        if self._stopping is None or self._stopping.is_set() or self._claim_phase != "ready":
+        not stopping, not backing off or pausing, and a claim on its way (a busy worker's next
+        one follows it at once) or a slot free."""
+        if self._stopping is None or self._stopping.is_set() or self._claim_phase in ("pausing", "done"):
             return False
+        if self._claim_phase == "claiming":
+            return True
         held = sum(1 for lease in self._leases.values() if lease.state in ("queued", "running"))
         reporting = len(self._leases) - held
         return held < self.concurrency and reporting < 4 * self.concurrency
@@ -883,11 +888,12 @@ class Worker:
     async def _send_outcomes(self) -> None:
         """The outcomes no claim is about to carry, in one `POST /v1/outcomes`.
 
-        The rule: when the claim loop is about to claim (`_claim_soon`: a slot free, no claim
-        on its way, not pausing, not stopping), an outcome is left for that claim for at
-        most `LINGER` after it became ready; then, or at once when no claim is about to be
-        sent (all slots busy, a long poll out, backing off, stopping), it is sent here. So an
-        outcome waits at most `LINGER` longer than before, and a stop still flushes all."""
+        The rule: when the claim loop is about to claim (`_claim_soon`: a claim on its way,
+        or a slot free; not pausing, not stopping), an outcome is left for the next claim for
+        at most `LINGER` after it became ready; then, or at once when no claim is coming (all
+        slots busy, backing off, pausing after an empty claim, stopping), it is sent here. A
+        long poll out holds an outcome back `LINGER` at most. So an outcome waits at most
+        `LINGER` longer than before, and a stop still flushes everything."""
         now = time.monotonic()
         soon = self._claim_soon()
         self._linger_until = None
