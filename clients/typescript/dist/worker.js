@@ -7,8 +7,11 @@
 //   heartbeat was *sent*, plus the lease, minus a margin, on a monotonic clock);
 // - every held lease is extended once a third of it has passed, all of them in
 //   one POST /v1/leases/extend;
-// - requests that carry claims are sent by one loop, one after the other, so
-//   a heartbeat and an outcome for the same claim never race;
+// - a lease's claim is in one request at a time (`sending`): heartbeats, releases
+//   and outcome batches go from one loop, one after the other, and an outcome
+//   riding in a claim (from the claim loop) is neither heartbeated nor sent again
+//   while that claim is out, so a heartbeat and an outcome for the same claim
+//   never race;
 // - a 409 (or the local deadline) means the lease is lost: the job's
 //   AbortSignal fires, job.lost is set, and no outcome is sent for it;
 // - 503, 504, 429, 500 internal_error, answers that are not JSON and lost
@@ -24,9 +27,7 @@
 // - outcomes ride along with the next claim (POST /v1/claims with `outcomes`): a busy
 //   worker reports what it finished and asks for more work in one round trip. The commit
 //   loop sends them in a POST /v1/outcomes instead (those of jobs that finish together in
-//   one) when no claim is about to take them: see claimSoon() and LINGER_MS;
-// - a request that carries a claim is the only one carrying it while it is out
-//   (`sending`): an outcome riding in a claim is neither heartbeated nor sent again meanwhile.
+//   one) when no claim is about to take them: see sendOutcomes() and LINGER_MS.
 //
 // No promise of this module is left to reject unobserved: a hook or handler
 // that throws, and an answer that cannot be read, are logged and counted.
@@ -793,7 +794,7 @@ export class Worker {
             this.leases.delete(lease.job.receiptId);
         this.slotWaiter?.();
     }
-    // Everything that carries a claim goes through this one loop.
+    // Heartbeats, releases and outcome batches: this one loop (a claim carries outcomes too).
     async commitLoop() {
         const tick = Math.max(10, Math.min(250, this.o.leaseMs / 12));
         const backoff = new Backoff(100, 5_000, 0.5);

@@ -8,8 +8,10 @@ handler only settles one receipt:
   heartbeat was *sent*, plus the lease, minus a margin, on a monotonic clock);
 - every held lease is extended once a third of it has passed, all of them in
   one `POST /v1/leases/extend`;
-- requests that carry claims are sent by one task, one after the other, so a
-  heartbeat and an outcome for the same claim never race;
+- a lease's claim is in one request at a time (`sending`): heartbeats, releases
+  and outcome batches go from one task, one after the other, and an outcome riding
+  in a claim (from the claim task) is neither heartbeated nor sent again while that
+  claim is out, so a heartbeat and an outcome for the same claim never race;
 - a 409 (or the local deadline) means the lease is lost: the handler's task is
   cancelled, `job.lost` is set, and no outcome is sent for it;
 - an outcome the server refuses (or that is outside the spec) is replaced by
@@ -25,9 +27,7 @@ handler only settles one receipt:
 - outcomes ride along with the next claim (`POST /v1/claims` with `outcomes`): a busy
   worker reports what it finished and asks for more work in one round trip. The commit
   loop sends them in a `POST /v1/outcomes` instead (those of jobs that finish together
-  in one) when no claim is about to take them: see `_claim_soon` and `LINGER`;
-- a request that carries a claim is the only one carrying it while it is out (`sending`):
-  an outcome riding in a claim is neither heartbeated nor sent again meanwhile.
+  in one) when no claim is about to take them: see `_send_outcomes` and `LINGER`.
 """
 
 from __future__ import annotations
@@ -832,7 +832,7 @@ class Worker:
         self.log.warning("settled worker %s: %s failed: %s", self.worker_id, what, error)
         self._emit("error", None, code=code, during=what, error=str(error))
 
-    # Everything that carries a claim goes through this one task.
+    # Heartbeats, releases and outcome batches: this one task (a claim carries outcomes too).
 
     async def _commit_loop(self) -> None:
         assert self._stopping is not None and self._wake is not None
