@@ -599,22 +599,151 @@ check("500 internal_error", async () => {
 
 check("500 internal_error on outcomes", async () => {
   const s = await startServer();
-  const proxy = await fakeServer(
-    async (req, body, forward, path) => (path === "/v1/outcomes" ? problem(500, "internal_error", "internal") : forward()),
-    s.base,
-  );
+  let carried = 0;
+  const proxy = await fakeServer(async (req, body, forward, path) => {
+    if (path === "/v1/outcomes") return problem(500, "internal_error", "internal");
+    if (path === "/v1/claims" && JSON.parse(body).outcomes?.length) {
+      // A claim carrying the outcome fails as a whole, as POST /v1/outcomes does.
+      carried++;
+      return problem(500, "internal_error", "internal");
+    }
+    return forward();
+  }, s.base);
   try {
     await s.enqueue("f1");
     const w = watched(proxy.base, { workerId: "outcomes-500", leaseMs: 3_000, handler: () => "tx" });
     const lost = await waitFor("the lease given up", () => w.events.find((e) => e.event === "lease_lost"), 10_000);
-    const sends = proxy.counts["/v1/outcomes"];
+    const sends = (proxy.counts["/v1/outcomes"] ?? 0) + carried;
     const extends_ = w.worker.stats.leasesExtended;
     await w.stop();
     assert.equal(lost.info.reason, "local deadline passed");
     assert.ok(sends >= 2 && sends <= 40, `${sends} outcome sends in one 3 s lease`);
     assert.equal(extends_, 0, "a lease whose outcome the server fails on is not extended");
     assert.equal(w.error(), undefined);
-    return `the outcome was sent ${sends} times while its 3 s lease lasted (not extended), then given up`;
+    return `the outcome was sent ${sends} times (${carried} in claims) while its 3 s lease lasted (not extended), then given up`;
+  } finally {
+    proxy.close();
+    s.stop();
+  }
+});
+
+/** The receipt ids of the outcomes a request body carries. */
+const outcomeIds = (body) => {
+  try {
+    return (JSON.parse(body).outcomes ?? []).map((item) => item.claim.receipt_id);
+  } catch {
+    return [];
+  }
+};
+
+check("outcomes ride along with claims", async () => {
+  const s = await startServer();
+  const carried = { "/v1/claims": 0, "/v1/outcomes": 0 };
+  let longInClaims = 0;
+  const proxy = await fakeServer(async (req, body, forward, path) => {
+    if (req.method === "POST" && path in carried) {
+      carried[path] += outcomeIds(body).length;
+      if (path === "/v1/claims" && body.includes("t".repeat(600))) longInClaims++;
+    }
+    return forward();
+  }, s.base);
+  try {
+    const ids = Array.from({ length: 30 }, (_, i) => `ride-${String(i).padStart(2, "0")}`);
+    await s.enqueueMany(ids);
+    // One slot: a claim goes out once the job is done, and carries its outcome (one that finds a
+    // claim out, a long poll, waits for the next one a short linger at most, then goes alone).
+    const w = watched(proxy.base, {
+      workerId: "ride",
+      concurrency: 1,
+      handler: async (job) => {
+        await sleep(20);
+        return job.receiptId === "long" ? "t".repeat(600) : `tx-${job.receiptId}`;
+      },
+    });
+    await waitFor("30 acknowledged", () => w.worker.stats.settled === 30);
+    const busy = { ...carried };
+    const requests = { claims: proxy.counts["/v1/claims"], outcomes: proxy.counts["/v1/outcomes"] ?? 0 };
+    assert.ok(busy["/v1/claims"] >= 25, `outcomes did not ride in claims: ${JSON.stringify(busy)}`);
+    assert.ok(requests.outcomes <= 5, `too many POST /v1/outcomes: ${JSON.stringify(requests)}`);
+    assert.equal(busy["/v1/claims"] + busy["/v1/outcomes"], 30, JSON.stringify(busy));
+    assert.equal(w.worker.stats.leasesLost, 0);
+    // An item refused in a claim's results: onError's outcome instead, counted, an event.
+    await s.enqueue("long");
+    const view = await waitFor("long dead-lettered", async () => {
+      const v = await s.receipt("long");
+      return v.state === "dead_lettered" ? v : undefined;
+    });
+    assert.equal(view.attempts, 3, JSON.stringify(view));
+    assert.equal(failureCode(view), "backend", JSON.stringify(view));
+    const refusals = w.events.filter((e) => e.event === "outcome_refused");
+    assert.equal(refusals.length, 3, JSON.stringify(refusals));
+    assert.ok(refusals.every((e) => e.info.code === "invalid_transcript_id" && e.info.status === 422), JSON.stringify(refusals));
+    assert.equal(w.worker.stats.outcomesRefused, 3);
+    assert.ok(longInClaims >= 1, "the refused outcome never rode in a claim");
+    for (const id of ids.slice(0, 5)) assert.equal(historyOf(await s.receipt(id), "accepted").length, 1);
+    const t = await w.stop();
+    assert.deepEqual(await s.leased(), []);
+    assert.equal(w.error(), undefined);
+    return `30 receipts: ${busy["/v1/claims"]} outcomes in ${requests.claims} claims, ${busy["/v1/outcomes"]} in ` +
+      `${requests.outcomes} POST /v1/outcomes; a 600-byte transcript refused in a claim's results 3 times ` +
+      `(${longInClaims} in claims), dead-lettered with code backend; stop ${Math.round(t)} ms`;
+  } finally {
+    proxy.close();
+    s.stop();
+  }
+});
+
+check("a claim that fails resends its outcomes", async () => {
+  const s = await startServer();
+  const plan = ["503", "record-then-html"];
+  const failed = {};
+  const sends = {};
+  const proxy = await fakeServer(async (req, body, forward, path) => {
+    if (req.method !== "POST" || (path !== "/v1/claims" && path !== "/v1/outcomes")) return forward();
+    const ids = outcomeIds(body);
+    for (const id of ids) sends[id] = (sends[id] ?? 0) + 1;
+    const step = ids.length && path === "/v1/claims" ? plan.shift() : undefined;
+    if (step) failed[step] = ids;
+    if (step === "503") return problem(503, "backend_unavailable", "backend");
+    if (step === "record-then-html") {
+      // Recorded as the claim would record them (without leasing more), then the answer is lost.
+      const a = await fetch(`${s.base}/v1/outcomes`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ outcomes: JSON.parse(body).outcomes }),
+      });
+      assert.equal(a.status, 200, await a.text());
+      return [200, "<html>502 bad gateway</html>", "text/html"];
+    }
+    return forward();
+  }, s.base);
+  try {
+    const ids = Array.from({ length: 6 }, (_, i) => `resend-${i}`);
+    await s.enqueueMany(ids);
+    const w = watched(proxy.base, { workerId: "resend", concurrency: 1, handler: (job) => `tx-${job.receiptId}` });
+    await waitFor("all settled", async () => {
+      for (const id of ids) if ((await s.receipt(id)).state !== "settled") return false;
+      return true;
+    });
+    await waitFor("nothing held", () => w.worker["leases"].size === 0);
+    const t = await w.stop();
+    assert.deepEqual(Object.keys(failed).sort(), ["503", "record-then-html"], JSON.stringify(failed));
+    for (const [step, names] of Object.entries(failed)) {
+      assert.ok(names.length, JSON.stringify(failed));
+      for (const id of names) assert.ok(sends[id] >= 2, `${id} (${step}) not sent again: ${JSON.stringify(sends)}`);
+    }
+    for (const id of ids) assert.equal(historyOf(await s.receipt(id), "accepted").length, 1, id);
+    const stats = w.worker.stats;
+    assert.equal(stats.errors.backend_unavailable, 1, JSON.stringify(stats.errors));
+    assert.equal(stats.errors.invalid_answer, 1, JSON.stringify(stats.errors));
+    const twice = failed["record-then-html"].length;
+    assert.equal(stats.settled, ids.length - twice, JSON.stringify(stats));
+    assert.equal(stats.leasesLost, twice, JSON.stringify(stats));
+    assert.deepEqual(await s.leased(), []);
+    assert.equal(w.error(), undefined);
+    return `a claim refused with 503 (${failed["503"]}) and one answered with HTML after recording ` +
+      `(${failed["record-then-html"]}): their outcomes sent again, every receipt settled once ` +
+      `(${stats.settled} acknowledged, ${stats.leasesLost} found already finished); stop ${Math.round(t)} ms`;
   } finally {
     proxy.close();
     s.stop();

@@ -543,7 +543,8 @@ class Checks:
     async def garbled_outcome_answers(self) -> None:
         """Outcome batches answered 200 with an HTML page (once after the server recorded it,
         once without passing it on) and with truncated JSON: each is sent again while its lease
-        lasts; every receipt ends settled once, nothing is left leased."""
+        lasts; every receipt ends settled once, nothing is left leased. The same for a claim
+        that carries outcomes (recorded without claiming more, as a lost claim answer)."""
         server = self.server("garbledoutcomes")
         api = Api(server.base)
         plan = ["forward-then-html", "html", "truncated"]
@@ -551,13 +552,16 @@ class Checks:
         forwarded: list[int | str] = []
 
         def answer(method: str, path: str, body: bytes) -> Reply | None:
-            if path != "/v1/outcomes":
+            if path == "/v1/claims" and json.loads(body).get("outcomes"):
+                # The outcomes only: a garbled answer to a claim that leased more would strand it.
+                body = json.dumps({"outcomes": json.loads(body)["outcomes"]}).encode()
+            elif path != "/v1/outcomes":
                 return None
             with lock:
                 step = plan.pop(0) if plan else None
             if step == "forward-then-html":
-                reply = proxy.forward(method, path, body, {"content-type": "application/json",
-                                                            "authorization": f"Bearer {WORKER_TOKEN}"})
+                reply = proxy.forward(method, "/v1/outcomes", body, {"content-type": "application/json",
+                                                                     "authorization": f"Bearer {WORKER_TOKEN}"})
                 forwarded.append(reply[0] if reply else "none")
                 return HTML
             if step == "html":
@@ -723,6 +727,11 @@ class Checks:
             if status["code"] == "time_limit_exceeded":
                 return problem(504, "time_limit_exceeded", "backend")
             if path == "/v1/claims" and status["code"] == "claims-then-500":
+                if json.loads(body).get("outcomes"):
+                    # A claim carrying the outcome fails as a whole, as POST /v1/outcomes does.
+                    with fake.lock:
+                        fake.requests["outcomes in a claim"] += 1
+                    return problem(500, "internal_error", "internal")
                 if not handed_out.is_set():
                     handed_out.set()
                     claim = {"receipt_id": "fake-1", "finalized_at": FINALIZED, "attempts": 0, "row_version": 1,
@@ -764,15 +773,160 @@ class Checks:
             status["code"] = "claims-then-500"
             run = Run(fake.base, "outcomes", lambda job: "tx", lease_ms=2000, wait_ms=0)
             await until("the lease given up", lambda: as_awaitable(run.worker.stats.leases_lost == 1), 10)
-            sent = fake.count("POST /v1/outcomes")
+            def outcome_sends() -> int:
+                return fake.count("POST /v1/outcomes") + fake.count("outcomes in a claim")
+
+            sent = outcome_sends()
             await asyncio.sleep(1.0)
-            assert fake.count("POST /v1/outcomes") == sent, "outcomes sent after the lease ended"
+            assert outcome_sends() == sent, "outcomes sent after the lease ended"
             assert 2 <= sent <= 25, f"{sent} outcome requests within a 2 s lease"
             run.alive()
             await run.stop()
-            log(f"  outcome: {sent} requests within its 2 s lease, then the lease given up (counted as lost)")
+            log(f"  outcome: {sent} requests (claims carrying it, POST /v1/outcomes) within its 2 s lease, then the lease given up (counted as lost)")
         finally:
             fake.close()
+
+    # 4b. Outcomes ride along with the next claim.
+
+    async def outcomes_ride_along_with_claims(self) -> None:
+        """A busy worker reports what it finished in its next claim (POST /v1/claims with
+        `outcomes`), one round trip per claim: nearly every outcome rides in a claim, hardly
+        any POST /v1/outcomes; an item the server refuses in a claim's `results` (a 600-byte
+        transcript id, 422) goes the refusal's way (on_error's outcome, counted, an event)."""
+        server = self.server("ride", *FAST_POLICY)
+        api = Api(server.base)
+        carried: Counter[str] = Counter()  # outcome items by the path that carried them
+        requests: Counter[str] = Counter()
+        lock = threading.Lock()
+        long_in_claims = [0]
+
+        def answer(method: str, path: str, body: bytes) -> Reply | None:
+            if method == "POST" and path in ("/v1/claims", "/v1/outcomes"):
+                items = json.loads(body).get("outcomes") or []
+                with lock:
+                    requests[path] += 1
+                    carried[path] += len(items)
+                    if path == "/v1/claims" and b"t" * 600 in body:
+                        long_in_claims[0] += 1
+            return None
+
+        proxy = Fake(answer, server.base)
+        try:
+            ids = [f"ride-{i:02}" for i in range(30)]
+            for r in ids:
+                await api.enqueue(r)
+
+            async def handler(job: settled.Job) -> str:
+                # One slot: a claim goes out once the job is done, and carries its outcome (an
+                # outcome that finds a claim out, a long poll, waits for the next one a short
+                # linger at most, then goes in a POST /v1/outcomes).
+                await asyncio.sleep(0.02)
+                return "t" * 600 if job.receipt_id == "long" else "tx-" + job.receipt_id
+
+            run = Run(proxy.base, "ride", handler, concurrency=1)
+            await until("all settled", lambda: all_states(api, ids, "settled"), 30)
+            # The last results may still be on their way back.
+            await until("all acknowledged", lambda: as_awaitable(run.worker.stats.settled == 30), 5)
+            run.alive()
+            with lock:
+                busy = dict(carried), dict(requests)
+            # The last outcome may still be on its way in a claim: counted once it is settled.
+            assert busy[0].get("/v1/claims", 0) + busy[0].get("/v1/outcomes", 0) >= 29, busy
+            assert busy[0].get("/v1/claims", 0) >= 25, f"outcomes did not ride in claims: {busy}"
+            assert busy[1].get("/v1/outcomes", 0) <= 5, f"too many POST /v1/outcomes: {busy}"
+            assert run.worker.stats.settled == 30 and run.worker.stats.leases_lost == 0, run.worker.stats
+
+            # A refused item in a claim's results.
+            await api.enqueue("long")
+            await until("dead-lettered", lambda: is_state(api, "long", "dead_lettered"), 30)
+            view = await api.receipt("long")
+            assert view["attempts"] == 3 and failure_code(view) == "backend", view
+            refused = run.named("outcome_refused")
+            assert Counter(e[3]["code"] for e in refused) == {"invalid_transcript_id": 3}, refused
+            assert all(e[3]["status"] == 422 for e in refused), refused
+            assert run.worker.stats.outcomes_refused == 3, run.worker.stats
+            assert long_in_claims[0] >= 1, "the refused outcome never rode in a claim"
+            took = await run.stop()
+            await api.no_lease_left()
+            for r in ids[:5]:
+                view = await api.receipt(r)
+                assert len([h for h in view["history"] if h["outcome"] == "accepted"]) == 1, view
+            log(f"  30 receipts: {busy[0].get('/v1/claims', 0)} outcomes carried by {busy[1].get('/v1/claims', 0)} "
+                f"claims, {busy[0].get('/v1/outcomes', 0)} by {busy[1].get('/v1/outcomes', 0)} POST /v1/outcomes; "
+                f"a 600-byte transcript refused in a claim's results 3 times ({long_in_claims[0]} of them in claims), "
+                f"dead-lettered with code backend; stopped in {took:.2f} s")
+        finally:
+            proxy.close()
+            await api.close()
+            server.stop()
+
+    async def a_failed_claim_resends_its_outcomes(self) -> None:
+        """The first claim carrying outcomes fails as a whole (503, nothing recorded), the
+        second one's answer is lost after its outcomes were recorded (200 with an HTML page):
+        the outcomes of both are sent again; every receipt ends settled once, those already
+        recorded refused on resending (409, counted as leases lost), nothing left leased."""
+        server = self.server("resend")
+        api = Api(server.base)
+        lock = threading.Lock()
+        plan = ["503", "record-then-html"]
+        failed: dict[str, list[str]] = {}
+        sent_after: Counter[str] = Counter()
+
+        def named(body: bytes) -> list[str]:
+            return [str(item["claim"]["receipt_id"]) for item in json.loads(body).get("outcomes") or []]
+
+        def answer(method: str, path: str, body: bytes) -> Reply | None:
+            if method != "POST" or path not in ("/v1/claims", "/v1/outcomes"):
+                return None
+            ids = named(body)
+            with lock:
+                for r in ids:
+                    sent_after[r] += 1
+                step = plan.pop(0) if ids and path == "/v1/claims" and plan else None
+                if step is not None:
+                    failed[step] = ids
+            if step == "503":
+                return problem(503, "backend_unavailable", "backend")
+            if step == "record-then-html":
+                # Recorded as the claim would have recorded them (without leasing more), then
+                # the answer is lost.
+                outcomes = json.dumps({"outcomes": json.loads(body)["outcomes"]}).encode()
+                reply = proxy.forward("POST", "/v1/outcomes", outcomes, {"content-type": "application/json",
+                                                                        "authorization": f"Bearer {WORKER_TOKEN}"})
+                assert reply is not None and reply[0] == 200, reply
+                return HTML
+            return None
+
+        proxy = Fake(answer, server.base)
+        try:
+            ids = [f"resend-{i}" for i in range(6)]
+            for r in ids:
+                await api.enqueue(r)
+            run = Run(proxy.base, "resend", lambda job: "tx-" + job.receipt_id, concurrency=1, batch_size=1)
+            await until("all settled", lambda: all_states(api, ids, "settled"), 30)
+            await until("nothing held", lambda: as_awaitable(not run.worker._leases), 10)
+            run.alive()
+            took = await run.stop()
+            await api.no_lease_left()
+            assert set(failed) == {"503", "record-then-html"}, failed
+            for step, names in failed.items():
+                assert names, failed
+                for r in names:
+                    assert sent_after[r] >= 2, f"{r} ({step}) not sent again: {dict(sent_after)}"
+            for r in ids:
+                view = await api.receipt(r)
+                assert len([h for h in view["history"] if h["outcome"] == "accepted"]) == 1, view
+            stats = run.worker.stats
+            assert stats.errors["backend_unavailable"] == 1 and stats.errors["invalid_answer"] == 1, stats
+            recorded_twice = len(failed["record-then-html"])
+            assert stats.settled == len(ids) - recorded_twice and stats.leases_lost == recorded_twice, stats
+            log(f"  a claim refused with 503 ({failed['503']}) and one answered with HTML after recording "
+                f"({failed['record-then-html']}): their outcomes sent again, every receipt settled once "
+                f"({stats.settled} acknowledged, {stats.leases_lost} found already finished); stopped in {took:.2f} s")
+        finally:
+            proxy.close()
+            await api.close()
+            server.stop()
 
     # 5. Ctrl-C on an idle worker.
 
@@ -888,6 +1042,8 @@ ALL = [
     "stop_with_a_claim_in_flight",
     "stop_within_shutdown_timeout",
     "internal_errors_are_retried_a_bounded_number_of_times",
+    "outcomes_ride_along_with_claims",
+    "a_failed_claim_resends_its_outcomes",
     "ctrl_c_on_an_idle_worker",
     "a_rate_limited_group_does_not_hold_up_the_others",
 ]

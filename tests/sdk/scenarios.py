@@ -303,9 +303,17 @@ class Proxy:
             return self.requests[kind]
 
     def outcome_bodies_naming(self, receipt_id: str) -> int:
+        """Requests that carried an outcome for `receipt_id`: outcome requests, and claims
+        with `outcomes` (the SDKs send outcomes along with their next claim)."""
         needle = json.dumps(receipt_id).encode()
+
+        def carries(kind: str, body: bytes) -> bool:
+            if "outcome" in kind:
+                return True
+            return kind == "POST /v1/claims" and bool(body) and bool(json.loads(body).get("outcomes"))
+
         with self.lock:
-            return sum(1 for kind, body in self.bodies if "outcome" in kind and needle in body)
+            return sum(1 for kind, body in self.bodies if needle in body and carries(kind, body))
 
     def close(self) -> None:
         self.server.shutdown()

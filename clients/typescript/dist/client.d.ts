@@ -108,7 +108,10 @@ export declare class Client {
      * Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried.
      * `signal` cancels it until its answer starts to arrive: a long poll still waiting ends on
      * the server too, before it leases anything (but receipts leased at that very moment come
-     * back only when their leases end).
+     * back only when their leases end). `outcomes` (up to 1024) are recorded first, as
+     * outcomes() records them, and answered in `results`, in order; a claim that fails after
+     * them answers `claim_error` (and no claims) rather than an error status. When the request
+     * fails as a whole nothing may be assumed: sending them again is safe.
      */
     claim(params: ClaimsIn, options?: {
         signal?: AbortSignal;

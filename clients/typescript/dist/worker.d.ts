@@ -108,6 +108,13 @@ export declare class Worker {
     private finished;
     private ended;
     private inFlight;
+    /**
+     * What the claim loop does: "ready" (about to claim, or waiting for a free slot),
+     * "claiming" (a claim on its way), "pausing" (backing off, or after an empty claim), "done".
+     */
+    private claimPhase;
+    /** When the first outcome the commit loop left for the next claim is its to send. */
+    private lingerUntil;
     private readonly log;
     constructor(client: Client, options: WorkerOptions);
     /**
@@ -133,7 +140,20 @@ export declare class Worker {
     private claimLoop;
     /** One turn of the claim loop; true when the loop must end. */
     private claimOnce;
-    /** How long to wait before the next claim after one that brought nothing. */
+    /** A claim refused or failed (its status, or its `claim_error`): back off; true when the loop must end. */
+    private claimFailed;
+    /** The outcomes a claim carries: every one ready (up to 1024), except those sent on their own. */
+    private takeOutcomes;
+    /**
+     * Whether the claim loop is about to send a claim (which takes the outcomes ready): not
+     * stopping, not backing off or pausing, and a claim on its way (a busy worker's next one
+     * follows it at once) or a slot free.
+     */
+    private claimSoon;
+    /**
+     * How long to wait before the next claim after one that brought nothing (`polled`: a long
+     * poll, not a claim that carried outcomes, which does not wait: the long poll follows at once).
+     */
     private pauseAfterEmpty;
     private lease;
     private hold;
@@ -147,8 +167,20 @@ export declare class Worker {
     private lose;
     private done;
     private commitLoop;
+    /**
+     * The outcomes no claim is about to carry, in one POST /v1/outcomes.
+     *
+     * The rule: when the claim loop is about to claim (claimSoon(): a claim on its way, or a
+     * slot free; not pausing, not stopping), an outcome is left for the next claim for at most
+     * LINGER_MS after it became ready; then, or at once when no claim is coming (all slots busy,
+     * backing off, pausing after an empty claim, stopping), it is sent here. A long poll out
+     * holds an outcome back LINGER_MS at most. So an outcome waits at most LINGER_MS longer
+     * than before, and a stop still flushes everything.
+     */
     private sendOutcomes;
     private sendBatch;
+    /** The `results` of a POST /v1/outcomes, or of a claim that carried outcomes. */
+    private outcomeResults;
     private retryLater;
     private count;
     private itemError;
@@ -171,4 +203,6 @@ export declare class Worker {
      */
     private drain;
     private drainOnce;
+    /** After run() has ended: count the results of outcomes reported, once each. */
+    private drainResults;
 }

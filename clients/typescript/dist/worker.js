@@ -7,8 +7,11 @@
 //   heartbeat was *sent*, plus the lease, minus a margin, on a monotonic clock);
 // - every held lease is extended once a third of it has passed, all of them in
 //   one POST /v1/leases/extend;
-// - requests that carry claims are sent by one loop, one after the other, so
-//   a heartbeat and an outcome for the same claim never race;
+// - a lease's claim is in one request at a time (`sending`): heartbeats, releases
+//   and outcome batches go from one loop, one after the other, and an outcome
+//   riding in a claim (from the claim loop) is neither heartbeated nor sent again
+//   while that claim is out, so a heartbeat and an outcome for the same claim
+//   never race;
 // - a 409 (or the local deadline) means the lease is lost: the job's
 //   AbortSignal fires, job.lost is set, and no outcome is sent for it;
 // - 503, 504, 429, 500 internal_error, answers that are not JSON and lost
@@ -21,7 +24,10 @@
 // - on stop: no more claims, running jobs get shutdownTimeoutMs to finish and
 //   are reported, claims not started are released; run() ends within
 //   shutdownTimeoutMs whatever the server does;
-// - outcomes of jobs that finish together go in one POST /v1/outcomes.
+// - outcomes ride along with the next claim (POST /v1/claims with `outcomes`): a busy
+//   worker reports what it finished and asks for more work in one round trip. The commit
+//   loop sends them in a POST /v1/outcomes instead (those of jobs that finish together in
+//   one) when no claim is about to take them: see sendOutcomes() and LINGER_MS.
 //
 // No promise of this module is left to reject unobserved: a hook or handler
 // that throws, and an answer that cannot be read, are logged and counted.
@@ -40,6 +46,11 @@ const MAX_LOOK_AGAIN_MS = 86_400_000;
 const CLAIM_GRACE_MS = 200;
 /** The whole-batch answers to outcomes that may be one item's fault: then sent one by one. */
 const ITEM_FAULTS = new Set([400, 413, 422]);
+/**
+ * How long an outcome that is ready waits for the next claim to carry it, when a claim is
+ * about to be sent; after that the commit loop sends it in a POST /v1/outcomes itself.
+ */
+const LINGER_MS = 25;
 /** Details the runtime writes are cut to this length: outcome batches must stay small. */
 const MAX_DETAIL = 1_000;
 const now = () => performance.now();
@@ -193,6 +204,13 @@ export class Worker {
     finished = false;
     ended = Promise.resolve();
     inFlight;
+    /**
+     * What the claim loop does: "ready" (about to claim, or waiting for a free slot),
+     * "claiming" (a claim on its way), "pausing" (backing off, or after an empty claim), "done".
+     */
+    claimPhase = "ready";
+    /** When the first outcome the commit loop left for the next claim is its to send. */
+    lingerUntil;
     log;
     constructor(client, options) {
         this.client = client;
@@ -404,6 +422,7 @@ export class Worker {
             }
         }
         finally {
+            this.claimPhase = "done";
             this.claimingDone = true;
             this.poke();
         }
@@ -413,12 +432,16 @@ export class Worker {
         const stopped = this.stopping.signal;
         // A slot is free once its handler returned: the next claim goes out while outcomes
         // are being reported (at most 4 x concurrency wait to be).
+        this.claimPhase = "ready";
         let held = 0;
         for (const lease of this.leases.values())
             if (lease.state === "queued" || lease.state === "running")
                 held++;
         const reporting = this.leases.size - held;
         if (held >= this.o.concurrency || reporting >= 4 * this.o.concurrency) {
+            // No claim is coming: the outcomes left for one go now.
+            if (this.lingerUntil !== undefined)
+                this.poke();
             await new Promise((resolve) => (this.slotWaiter = resolve));
             this.slotWaiter = undefined;
             // Jobs finishing together free their slots one by one: gather them into one
@@ -432,6 +455,9 @@ export class Worker {
         const sent = now();
         const claim = { sent, cancel: new AbortController() };
         this.inFlight = claim;
+        // The outcomes ready ride along: recorded before the claim, in one round trip.
+        const carried = this.takeOutcomes();
+        this.claimPhase = "claiming";
         let answer;
         try {
             // Not cancelled while it may bring work (rule 6): a stop cancels it only if it has not
@@ -440,27 +466,66 @@ export class Worker {
                 worker_id: this.o.workerId,
                 lease_ms: this.o.leaseMs,
                 limit,
-                wait_ms: this.o.waitMs,
+                // A claim carrying outcomes does not wait for work: their results come back at once
+                // (a stop does not cut them off, no lease waits on them unextended); when it brings
+                // nothing, the next claim, without them, is the long poll.
+                wait_ms: carried.length ? 0 : this.o.waitMs,
                 ...(this.o.groups?.length ? { groups: this.o.groups } : {}),
+                ...(carried.length ? { outcomes: carried.map((l) => ({ claim: l.job.claim, outcome: l.outcome })) } : {}),
             }, { signal: claim.cancel.signal });
         }
         catch (e) {
+            // The outcomes it carried are no longer on their way: whether they were recorded or
+            // not, they are sent again (the commit loop sends them at once, this loop backing off;
+            // one already recorded is refused, never recorded twice).
+            for (const lease of carried)
+                lease.sending = false;
+            if (this.finished) {
+                // run() has ended meanwhile: report them now, as it reported the others.
+                if (carried.length)
+                    void this.drain(carried);
+            }
+            else if (carried.length) {
+                if (e instanceof ProblemError && e.internal)
+                    for (const lease of carried)
+                        lease.internalErrors++;
+                this.poke();
+            }
             if (claim.cancel.signal.aborted)
                 return true;
-            if (e instanceof ProblemError && Worker.isFatal(e)) {
-                this.fail("claim", e);
-                return true;
+            if (carried.length && e instanceof ProblemError && ITEM_FAULTS.has(e.status)) {
+                // Refused as a whole, maybe for an outcome it carried (too large, not valid JSON): those
+                // go in POST /v1/outcomes, which finds the one at fault; the claim is made again without
+                // them at once.
+                this.log.warn(`settled worker ${this.o.workerId}: a claim carrying ${carried.length} outcomes refused (${e.message}): sending them apart`);
+                for (const lease of carried)
+                    lease.uncarried = true;
+                return false;
             }
-            const lost = e instanceof InvalidAnswer ? " (receipts it may have leased come back when their leases end)" : "";
-            this.error(errorCode(e), "claim", e, lost);
-            const quick = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
-            await sleep(quick ? backoff.next() : failing.next(), stopped);
-            return false;
+            return this.claimFailed(e, backoff, failing);
         }
         finally {
             if (claim.timer)
                 clearTimeout(claim.timer);
             this.inFlight = undefined;
+        }
+        for (const lease of carried)
+            lease.sending = false;
+        if (carried.length) {
+            // The outcomes first, as a POST /v1/outcomes answer: a receipt claimed again in this same
+            // answer (a retry due at once) is then a new lease.
+            if (this.finished)
+                this.drainResults(carried, answer.results);
+            else
+                this.outcomeResults(carried, answer.results);
+        }
+        if (isProblem(answer.claim_error)) {
+            // The outcomes were recorded, the claim then failed: as a failed claim.
+            const p = answer.claim_error;
+            const e = new ProblemError(p.status, String(p.code), String(p.class), String(p.detail), p);
+            if (this.finished)
+                return true;
+            return this.claimFailed(e, backoff, failing);
         }
         backoff.reset();
         failing.reset();
@@ -483,16 +548,71 @@ export class Worker {
             this.startQueued();
             return false;
         }
-        const pause = this.pauseAfterEmpty(answer, now() - sent);
-        if (pause > 0)
+        const pause = this.pauseAfterEmpty(answer, now() - sent, carried.length === 0);
+        if (pause > 0) {
+            this.claimPhase = "pausing";
+            this.poke();
             await sleep(pause, stopped);
+        }
         return false;
     }
-    /** How long to wait before the next claim after one that brought nothing. */
-    pauseAfterEmpty(answer, tookMs) {
+    /** A claim refused or failed (its status, or its `claim_error`): back off; true when the loop must end. */
+    async claimFailed(e, backoff, failing) {
+        if (e instanceof ProblemError && Worker.isFatal(e)) {
+            this.fail("claim", e);
+            return true;
+        }
+        const lost = e instanceof InvalidAnswer ? " (receipts it may have leased come back when their leases end)" : "";
+        this.error(errorCode(e), "claim", e, lost);
+        const quick = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
+        this.claimPhase = "pausing";
+        this.poke();
+        await sleep(quick ? backoff.next() : failing.next(), this.stopping.signal);
+        return false;
+    }
+    /** The outcomes a claim carries: every one ready (up to 1024), except those sent on their own. */
+    takeOutcomes() {
+        const t = now();
+        const taken = [];
+        for (const l of this.leases.values()) {
+            if (taken.length >= MAX_ITEMS)
+                break;
+            if (l.state !== "reporting" || !l.outcome || l.sending || l.alone || l.uncarried)
+                continue;
+            if (l.retryAt > t || t >= l.deadline)
+                continue;
+            taken.push(l);
+        }
+        for (const lease of taken)
+            lease.sending = true;
+        return taken;
+    }
+    /**
+     * Whether the claim loop is about to send a claim (which takes the outcomes ready): not
+     * stopping, not backing off or pausing, and a claim on its way (a busy worker's next one
+     * follows it at once) or a slot free.
+     */
+    claimSoon() {
+        if (this.stopping.signal.aborted || this.claimingDone)
+            return false;
+        if (this.claimPhase === "pausing" || this.claimPhase === "done")
+            return false;
+        if (this.claimPhase === "claiming")
+            return true;
+        let held = 0;
+        for (const lease of this.leases.values())
+            if (lease.state === "queued" || lease.state === "running")
+                held++;
+        return held < this.o.concurrency && this.leases.size - held < 4 * this.o.concurrency;
+    }
+    /**
+     * How long to wait before the next claim after one that brought nothing (`polled`: a long
+     * poll, not a claim that carried outcomes, which does not wait: the long poll follows at once).
+     */
+    pauseAfterEmpty(answer, tookMs, polled = true) {
         // An answer with nothing, well before its wait was over (no long poll, or a server
         // shutting down): a short pause, never a storm.
-        let pause = this.o.waitMs === 0 || tookMs < this.o.waitMs / 2 ? 250 : 0;
+        let pause = polled && (this.o.waitMs === 0 || tookMs < this.o.waitMs / 2) ? 250 : 0;
         const look = answer.look_again_ms;
         if (typeof look === "number" && Number.isFinite(look) && look > 0) {
             const trusted = Math.min(look, MAX_LOOK_AGAIN_MS);
@@ -515,6 +635,8 @@ export class Worker {
             internalErrors: 0,
             fallback: false,
             alone: false,
+            readyAt: 0,
+            uncarried: false,
         };
     }
     hold(claim, sent) {
@@ -620,6 +742,7 @@ export class Worker {
         if (outcome) {
             lease.outcome = outcome;
             lease.state = "reporting";
+            lease.readyAt = now();
         }
         else {
             // Cancelled by the shutdown timeout: give the lease back.
@@ -671,7 +794,7 @@ export class Worker {
             this.leases.delete(lease.job.receiptId);
         this.slotWaiter?.();
     }
-    // Everything that carries a claim goes through this one loop.
+    // Heartbeats, releases and outcome batches: this one loop (a claim carries outcomes too).
     async commitLoop() {
         const tick = Math.max(10, Math.min(250, this.o.leaseMs / 12));
         const backoff = new Backoff(100, 5_000, 0.5);
@@ -685,9 +808,11 @@ export class Worker {
             let ok = true;
             try {
                 const t = now();
-                for (const lease of [...this.leases.values()])
-                    if (t >= lease.deadline)
+                // An outcome riding in a claim was sent before its deadline: its answer decides.
+                for (const lease of [...this.leases.values()]) {
+                    if (t >= lease.deadline && !lease.sending)
                         this.lose(lease, "local deadline passed");
+                }
                 if (this.stopping.signal.aborted) {
                     for (const lease of this.leases.values())
                         if (lease.state === "queued")
@@ -721,13 +846,14 @@ export class Worker {
             if (this.stopping.signal.aborted && this.claimingDone && this.leases.size === 0)
                 return;
             let wait = ok ? tick : Math.min(backoff.next(), tick * 4);
-            if (this.leases.size) {
-                // Wake for the first local deadline: a lost lease's job is aborted at once.
-                let first = Infinity;
-                for (const lease of this.leases.values())
+            // Wake for the first local deadline (a lost lease's job is aborted at once), and when an
+            // outcome left for the next claim has waited long enough.
+            let first = this.lingerUntil ?? Infinity;
+            for (const lease of this.leases.values())
+                if (!lease.sending)
                     first = Math.min(first, lease.deadline);
+            if (first < Infinity)
                 wait = Math.min(wait, Math.max(0, first - now()) + 1);
-            }
             // Backing off: finished jobs do not wake it, only the wait's end.
             if (!ok)
                 await sleep(wait, this.aborting.signal);
@@ -735,14 +861,36 @@ export class Worker {
                 await this.wait(wait);
         }
     }
+    /**
+     * The outcomes no claim is about to carry, in one POST /v1/outcomes.
+     *
+     * The rule: when the claim loop is about to claim (claimSoon(): a claim on its way, or a
+     * slot free; not pausing, not stopping), an outcome is left for the next claim for at most
+     * LINGER_MS after it became ready; then, or at once when no claim is coming (all slots busy,
+     * backing off, pausing after an empty claim, stopping), it is sent here. A long poll out
+     * holds an outcome back LINGER_MS at most. So an outcome waits at most LINGER_MS longer
+     * than before, and a stop still flushes everything.
+     */
     async sendOutcomes() {
         const t = now();
-        const ready = [...this.leases.values()].filter((l) => l.state === "reporting" && l.outcome && l.retryAt <= t && !l.sending);
+        const soon = this.claimSoon();
+        this.lingerUntil = undefined;
+        const ready = [];
+        for (const l of this.leases.values()) {
+            if (l.state !== "reporting" || !l.outcome || l.retryAt > t || l.sending)
+                continue;
+            const due = Math.max(l.readyAt, l.retryAt) + LINGER_MS;
+            if (soon && !l.alone && !l.uncarried && t < due) {
+                this.lingerUntil = Math.min(this.lingerUntil ?? Infinity, due);
+                continue;
+            }
+            ready.push(l);
+        }
         const together = ready.filter((l) => !l.alone).slice(0, MAX_ITEMS);
         if (together.length)
             await this.sendBatch(together);
         for (const lease of ready) {
-            if (lease.alone && this.leases.get(lease.job.receiptId) === lease && lease.state === "reporting") {
+            if (lease.alone && this.leases.get(lease.job.receiptId) === lease && lease.state === "reporting" && !lease.sending) {
                 await this.sendBatch([lease]);
             }
         }
@@ -775,6 +923,17 @@ export class Worker {
         finally {
             for (const lease of batch)
                 lease.sending = false;
+        }
+        this.outcomeResults(batch, results);
+    }
+    /** The `results` of a POST /v1/outcomes, or of a claim that carried outcomes. */
+    outcomeResults(batch, results) {
+        if (!Array.isArray(results) || results.length !== batch.length) {
+            // An answer we cannot read: each outcome is sent again while its lease lasts.
+            this.error("invalid_answer", "outcome", `not ${batch.length} outcome results: ${describe(JSON.stringify(results)).slice(0, 80)}`);
+            for (const lease of batch)
+                this.retryLater(lease);
+            return;
         }
         batch.forEach((lease, i) => {
             const result = results[i];
@@ -858,6 +1017,7 @@ export class Worker {
         if (outcome) {
             lease.outcome = outcome;
             lease.state = "reporting";
+            lease.readyAt = now();
         }
         else {
             lease.state = "releasing";
@@ -911,7 +1071,9 @@ export class Worker {
         const t = now();
         const interval = this.o.leaseMs / 3;
         // An outcome the server failed on (500) is sent again while its lease lasts, not longer.
-        const live = [...this.leases.values()].filter((l) => l.state !== "releasing" && !(l.state === "reporting" && l.internalErrors > 0));
+        // An outcome riding in a claim is not extended meanwhile: the claim it sent is the one the
+        // outcome names.
+        const live = [...this.leases.values()].filter((l) => l.state !== "releasing" && !l.sending && !(l.state === "reporting" && l.internalErrors > 0));
         if (!live.some((l) => t >= l.extendAt))
             return;
         // Leases coming due within half an interval go now too, so that a
@@ -920,7 +1082,16 @@ export class Worker {
         for (let i = 0; i < due.length; i += MAX_ITEMS) {
             const chunk = due.slice(i, i + MAX_ITEMS);
             const sent = now();
-            const results = await this.client.extendMany(chunk.map((l) => [l.job.claim, this.o.leaseMs]));
+            for (const lease of chunk)
+                lease.sending = true;
+            let results;
+            try {
+                results = await this.client.extendMany(chunk.map((l) => [l.job.claim, this.o.leaseMs]));
+            }
+            finally {
+                for (const lease of chunk)
+                    lease.sending = false;
+            }
             this.stats.heartbeats++;
             chunk.forEach((lease, j) => {
                 const result = results[j];
@@ -964,13 +1135,9 @@ export class Worker {
         const tasks = [];
         for (let i = 0; i < reports.length; i += MAX_ITEMS) {
             const chunk = reports.slice(i, i + MAX_ITEMS);
-            tasks.push(this.client.outcomes(chunk.map((l) => [l.job.claim, l.outcome])).then((results) => chunk.forEach((lease, j) => {
-                const result = results[j];
-                if (result?.route && typeof result.route === "object")
-                    this.count(lease, result.route);
-                else
-                    this.countError(isProblem(result?.error) ? String(result.error.code) : "invalid_answer");
-            })));
+            tasks.push(this.client
+                .outcomes(chunk.map((l) => [l.job.claim, l.outcome]))
+                .then((results) => this.drainResults(chunk, results)));
         }
         for (const lease of releases)
             tasks.push(this.release(lease));
@@ -978,5 +1145,15 @@ export class Worker {
             if (result.status === "rejected")
                 this.error(errorCode(result.reason), "a final request", result.reason);
         }
+    }
+    /** After run() has ended: count the results of outcomes reported, once each. */
+    drainResults(leases, results) {
+        leases.forEach((lease, j) => {
+            const result = Array.isArray(results) ? results[j] : undefined;
+            if (result?.route && typeof result.route === "object")
+                this.count(lease, result.route);
+            else
+                this.countError(isProblem(result?.error) ? String(result.error.code) : "invalid_answer");
+        });
     }
 }

@@ -79,10 +79,19 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Claim up to `limit` due receipts.
+         * Claim up to `limit` due receipts, after recording the outcomes sent along.
          * @description With `wait_ms` the call waits up to that long and returns as soon as it
          *     has claimed something; it is woken when work is enqueued, released or
          *     redriven.
+         *
+         *     With `outcomes` the request first records them as `POST /v1/outcomes`
+         *     does, then claims. Anything malformed in the claim's own fields is a
+         *     422 that records nothing. A claim that fails once the outcomes are
+         *     recorded answers 200 with `results` and `claim_error`. A request sent
+         *     again after its answer was lost records nothing twice: each outcome
+         *     already recorded is refused on its own (409 `receipt_finished` or
+         *     `lease_conflict`, or the same `dead_lettered` route) and
+         *     `GET /v1/receipts/{id}` shows what was recorded.
          *
          *     Token roles allowed: `worker`, `operator`.
          */
@@ -765,6 +774,14 @@ export interface components {
              */
             limit: number;
             /**
+             * @description Outcomes of this worker's earlier claims, recorded before it claims
+             *     (0..=1024 items): each judged on its own exactly as
+             *     `POST /v1/outcomes` judges it, all of them in one durable commit,
+             *     answered in `results`. A worker reports what it finished and asks for
+             *     more work in one round trip.
+             */
+            outcomes?: components["schemas"]["OutcomeRequest"][] | null;
+            /**
              * Format: int64
              * @description 0..=20000: wait up to this long for work when none is due (0 or absent: no wait).
              */
@@ -780,6 +797,7 @@ export interface components {
          *     (each group's oldest due first); empty when nothing is due.
          */
         ClaimsOut: {
+            claim_error?: components["schemas"]["Problem"] | null;
             claims: components["schemas"]["Claim"][];
             /**
              * Format: int64
@@ -787,6 +805,12 @@ export interface components {
              *     this many ms may get more (a long poll waits for it itself).
              */
             look_again_ms?: number | null;
+            /**
+             * @description One result per item of the request's `outcomes`, in order, as
+             *     `POST /v1/outcomes` answers them; present when the request had
+             *     `outcomes`. The outcomes are recorded before the claim is made.
+             */
+            results?: components["schemas"]["OutcomeResult"][] | null;
         };
         /** @description Which PostgreSQL server takes this replica's writes. */
         DatabaseOut: {

@@ -7,8 +7,11 @@
 //   heartbeat was *sent*, plus the lease, minus a margin, on a monotonic clock);
 // - every held lease is extended once a third of it has passed, all of them in
 //   one POST /v1/leases/extend;
-// - requests that carry claims are sent by one loop, one after the other, so
-//   a heartbeat and an outcome for the same claim never race;
+// - a lease's claim is in one request at a time (`sending`): heartbeats, releases
+//   and outcome batches go from one loop, one after the other, and an outcome
+//   riding in a claim (from the claim loop) is neither heartbeated nor sent again
+//   while that claim is out, so a heartbeat and an outcome for the same claim
+//   never race;
 // - a 409 (or the local deadline) means the lease is lost: the job's
 //   AbortSignal fires, job.lost is set, and no outcome is sent for it;
 // - 503, 504, 429, 500 internal_error, answers that are not JSON and lost
@@ -21,7 +24,10 @@
 // - on stop: no more claims, running jobs get shutdownTimeoutMs to finish and
 //   are reported, claims not started are released; run() ends within
 //   shutdownTimeoutMs whatever the server does;
-// - outcomes of jobs that finish together go in one POST /v1/outcomes.
+// - outcomes ride along with the next claim (POST /v1/claims with `outcomes`): a busy
+//   worker reports what it finished and asks for more work in one round trip. The commit
+//   loop sends them in a POST /v1/outcomes instead (those of jobs that finish together in
+//   one) when no claim is about to take them: see sendOutcomes() and LINGER_MS.
 //
 // No promise of this module is left to reject unobserved: a hook or handler
 // that throws, and an answer that cannot be read, are logged and counted.
@@ -29,7 +35,7 @@
 import { performance } from "node:perf_hooks";
 
 import { Backoff, sleep } from "./client.js";
-import type { Claim, ClaimsOut, Client, OutcomeIn, Problem, Route } from "./client.js";
+import type { Claim, ClaimsOut, Client, OutcomeIn, OutcomeResult, Problem, Route } from "./client.js";
 import {
   ConnectionFailed,
   InvalidAnswer,
@@ -56,6 +62,11 @@ const MAX_LOOK_AGAIN_MS = 86_400_000;
 const CLAIM_GRACE_MS = 200;
 /** The whole-batch answers to outcomes that may be one item's fault: then sent one by one. */
 const ITEM_FAULTS = new Set([400, 413, 422]);
+/**
+ * How long an outcome that is ready waits for the next claim to carry it, when a claim is
+ * about to be sent; after that the commit loop sends it in a POST /v1/outcomes itself.
+ */
+const LINGER_MS = 25;
 /** Details the runtime writes are cut to this length: outcome batches must stay small. */
 const MAX_DETAIL = 1_000;
 const now = (): number => performance.now();
@@ -286,6 +297,10 @@ interface Lease {
   fallback: boolean;
   /** Sent on its own, after a batch was refused as a whole. */
   alone: boolean;
+  /** When its outcome became ready to send. */
+  readyAt: number;
+  /** Never carried by a claim again (a claim carrying it was refused as a whole). */
+  uncarried: boolean;
 }
 
 /** Claims receipts and runs `handler` on each, `concurrency` at a time. */
@@ -320,6 +335,13 @@ export class Worker {
   private finished = false;
   private ended: Promise<void> = Promise.resolve();
   private inFlight: InFlight | undefined;
+  /**
+   * What the claim loop does: "ready" (about to claim, or waiting for a free slot),
+   * "claiming" (a claim on its way), "pausing" (backing off, or after an empty claim), "done".
+   */
+  private claimPhase: "ready" | "claiming" | "pausing" | "done" = "ready";
+  /** When the first outcome the commit loop left for the next claim is its to send. */
+  private lingerUntil: number | undefined;
   private readonly log: Required<Logger>;
 
   constructor(
@@ -531,6 +553,7 @@ export class Worker {
         }
       }
     } finally {
+      this.claimPhase = "done";
       this.claimingDone = true;
       this.poke();
     }
@@ -541,10 +564,13 @@ export class Worker {
     const stopped = this.stopping.signal;
     // A slot is free once its handler returned: the next claim goes out while outcomes
     // are being reported (at most 4 x concurrency wait to be).
+    this.claimPhase = "ready";
     let held = 0;
     for (const lease of this.leases.values()) if (lease.state === "queued" || lease.state === "running") held++;
     const reporting = this.leases.size - held;
     if (held >= this.o.concurrency || reporting >= 4 * this.o.concurrency) {
+      // No claim is coming: the outcomes left for one go now.
+      if (this.lingerUntil !== undefined) this.poke();
       await new Promise<void>((resolve) => (this.slotWaiter = resolve));
       this.slotWaiter = undefined;
       // Jobs finishing together free their slots one by one: gather them into one
@@ -557,6 +583,9 @@ export class Worker {
     const sent = now();
     const claim: InFlight = { sent, cancel: new AbortController() };
     this.inFlight = claim;
+    // The outcomes ready ride along: recorded before the claim, in one round trip.
+    const carried = this.takeOutcomes();
+    this.claimPhase = "claiming";
     let answer: ClaimsOut;
     try {
       // Not cancelled while it may bring work (rule 6): a stop cancels it only if it has not
@@ -566,25 +595,56 @@ export class Worker {
           worker_id: this.o.workerId,
           lease_ms: this.o.leaseMs,
           limit,
-          wait_ms: this.o.waitMs,
+          // A claim carrying outcomes does not wait for work: their results come back at once
+          // (a stop does not cut them off, no lease waits on them unextended); when it brings
+          // nothing, the next claim, without them, is the long poll.
+          wait_ms: carried.length ? 0 : this.o.waitMs,
           ...(this.o.groups?.length ? { groups: this.o.groups } : {}),
+          ...(carried.length ? { outcomes: carried.map((l) => ({ claim: l.job.claim, outcome: l.outcome as OutcomeIn })) } : {}),
         },
         { signal: claim.cancel.signal },
       );
     } catch (e) {
-      if (claim.cancel.signal.aborted) return true;
-      if (e instanceof ProblemError && Worker.isFatal(e)) {
-        this.fail("claim", e);
-        return true;
+      // The outcomes it carried are no longer on their way: whether they were recorded or
+      // not, they are sent again (the commit loop sends them at once, this loop backing off;
+      // one already recorded is refused, never recorded twice).
+      for (const lease of carried) lease.sending = false;
+      if (this.finished) {
+        // run() has ended meanwhile: report them now, as it reported the others.
+        if (carried.length) void this.drain(carried);
+      } else if (carried.length) {
+        if (e instanceof ProblemError && e.internal) for (const lease of carried) lease.internalErrors++;
+        this.poke();
       }
-      const lost = e instanceof InvalidAnswer ? " (receipts it may have leased come back when their leases end)" : "";
-      this.error(errorCode(e), "claim", e, lost);
-      const quick = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
-      await sleep(quick ? backoff.next() : failing.next(), stopped);
-      return false;
+      if (claim.cancel.signal.aborted) return true;
+      if (carried.length && e instanceof ProblemError && ITEM_FAULTS.has(e.status)) {
+        // Refused as a whole, maybe for an outcome it carried (too large, not valid JSON): those
+        // go in POST /v1/outcomes, which finds the one at fault; the claim is made again without
+        // them at once.
+        this.log.warn(
+          `settled worker ${this.o.workerId}: a claim carrying ${carried.length} outcomes refused (${e.message}): sending them apart`,
+        );
+        for (const lease of carried) lease.uncarried = true;
+        return false;
+      }
+      return this.claimFailed(e, backoff, failing);
     } finally {
       if (claim.timer) clearTimeout(claim.timer);
       this.inFlight = undefined;
+    }
+    for (const lease of carried) lease.sending = false;
+    if (carried.length) {
+      // The outcomes first, as a POST /v1/outcomes answer: a receipt claimed again in this same
+      // answer (a retry due at once) is then a new lease.
+      if (this.finished) this.drainResults(carried, answer.results);
+      else this.outcomeResults(carried, answer.results);
+    }
+    if (isProblem(answer.claim_error)) {
+      // The outcomes were recorded, the claim then failed: as a failed claim.
+      const p = answer.claim_error;
+      const e = new ProblemError(p.status, String(p.code), String(p.class), String(p.detail), p);
+      if (this.finished) return true;
+      return this.claimFailed(e, backoff, failing);
     }
     backoff.reset();
     failing.reset();
@@ -605,16 +665,66 @@ export class Worker {
       this.startQueued();
       return false;
     }
-    const pause = this.pauseAfterEmpty(answer, now() - sent);
-    if (pause > 0) await sleep(pause, stopped);
+    const pause = this.pauseAfterEmpty(answer, now() - sent, carried.length === 0);
+    if (pause > 0) {
+      this.claimPhase = "pausing";
+      this.poke();
+      await sleep(pause, stopped);
+    }
     return false;
   }
 
-  /** How long to wait before the next claim after one that brought nothing. */
-  private pauseAfterEmpty(answer: ClaimsOut, tookMs: number): number {
+  /** A claim refused or failed (its status, or its `claim_error`): back off; true when the loop must end. */
+  private async claimFailed(e: unknown, backoff: Backoff, failing: Backoff): Promise<boolean> {
+    if (e instanceof ProblemError && Worker.isFatal(e)) {
+      this.fail("claim", e);
+      return true;
+    }
+    const lost = e instanceof InvalidAnswer ? " (receipts it may have leased come back when their leases end)" : "";
+    this.error(errorCode(e), "claim", e, lost);
+    const quick = e instanceof ConnectionFailed || (e instanceof ProblemError && e.retryable);
+    this.claimPhase = "pausing";
+    this.poke();
+    await sleep(quick ? backoff.next() : failing.next(), this.stopping.signal);
+    return false;
+  }
+
+  /** The outcomes a claim carries: every one ready (up to 1024), except those sent on their own. */
+  private takeOutcomes(): Lease[] {
+    const t = now();
+    const taken: Lease[] = [];
+    for (const l of this.leases.values()) {
+      if (taken.length >= MAX_ITEMS) break;
+      if (l.state !== "reporting" || !l.outcome || l.sending || l.alone || l.uncarried) continue;
+      if (l.retryAt > t || t >= l.deadline) continue;
+      taken.push(l);
+    }
+    for (const lease of taken) lease.sending = true;
+    return taken;
+  }
+
+  /**
+   * Whether the claim loop is about to send a claim (which takes the outcomes ready): not
+   * stopping, not backing off or pausing, and a claim on its way (a busy worker's next one
+   * follows it at once) or a slot free.
+   */
+  private claimSoon(): boolean {
+    if (this.stopping.signal.aborted || this.claimingDone) return false;
+    if (this.claimPhase === "pausing" || this.claimPhase === "done") return false;
+    if (this.claimPhase === "claiming") return true;
+    let held = 0;
+    for (const lease of this.leases.values()) if (lease.state === "queued" || lease.state === "running") held++;
+    return held < this.o.concurrency && this.leases.size - held < 4 * this.o.concurrency;
+  }
+
+  /**
+   * How long to wait before the next claim after one that brought nothing (`polled`: a long
+   * poll, not a claim that carried outcomes, which does not wait: the long poll follows at once).
+   */
+  private pauseAfterEmpty(answer: ClaimsOut, tookMs: number, polled = true): number {
     // An answer with nothing, well before its wait was over (no long poll, or a server
     // shutting down): a short pause, never a storm.
-    let pause = this.o.waitMs === 0 || tookMs < this.o.waitMs / 2 ? 250 : 0;
+    let pause = polled && (this.o.waitMs === 0 || tookMs < this.o.waitMs / 2) ? 250 : 0;
     const look = answer.look_again_ms;
     if (typeof look === "number" && Number.isFinite(look) && look > 0) {
       const trusted = Math.min(look, MAX_LOOK_AGAIN_MS);
@@ -638,6 +748,8 @@ export class Worker {
       internalErrors: 0,
       fallback: false,
       alone: false,
+      readyAt: 0,
+      uncarried: false,
     };
   }
 
@@ -734,6 +846,7 @@ export class Worker {
     if (outcome) {
       lease.outcome = outcome;
       lease.state = "reporting";
+      lease.readyAt = now();
     } else {
       // Cancelled by the shutdown timeout: give the lease back.
       lease.state = "releasing";
@@ -788,7 +901,7 @@ export class Worker {
     this.slotWaiter?.();
   }
 
-  // Everything that carries a claim goes through this one loop.
+  // Heartbeats, releases and outcome batches: this one loop (a claim carries outcomes too).
 
   private async commitLoop(): Promise<void> {
     const tick = Math.max(10, Math.min(250, this.o.leaseMs / 12));
@@ -803,7 +916,10 @@ export class Worker {
       let ok = true;
       try {
         const t = now();
-        for (const lease of [...this.leases.values()]) if (t >= lease.deadline) this.lose(lease, "local deadline passed");
+        // An outcome riding in a claim was sent before its deadline: its answer decides.
+        for (const lease of [...this.leases.values()]) {
+          if (t >= lease.deadline && !lease.sending) this.lose(lease, "local deadline passed");
+        }
         if (this.stopping.signal.aborted) {
           for (const lease of this.leases.values()) if (lease.state === "queued") lease.state = "releasing";
         }
@@ -829,27 +945,45 @@ export class Worker {
       if (this.aborting.signal.aborted) return;
       if (this.stopping.signal.aborted && this.claimingDone && this.leases.size === 0) return;
       let wait = ok ? tick : Math.min(backoff.next(), tick * 4);
-      if (this.leases.size) {
-        // Wake for the first local deadline: a lost lease's job is aborted at once.
-        let first = Infinity;
-        for (const lease of this.leases.values()) first = Math.min(first, lease.deadline);
-        wait = Math.min(wait, Math.max(0, first - now()) + 1);
-      }
+      // Wake for the first local deadline (a lost lease's job is aborted at once), and when an
+      // outcome left for the next claim has waited long enough.
+      let first = this.lingerUntil ?? Infinity;
+      for (const lease of this.leases.values()) if (!lease.sending) first = Math.min(first, lease.deadline);
+      if (first < Infinity) wait = Math.min(wait, Math.max(0, first - now()) + 1);
       // Backing off: finished jobs do not wake it, only the wait's end.
       if (!ok) await sleep(wait, this.aborting.signal);
       else await this.wait(wait);
     }
   }
 
+  /**
+   * The outcomes no claim is about to carry, in one POST /v1/outcomes.
+   *
+   * The rule: when the claim loop is about to claim (claimSoon(): a claim on its way, or a
+   * slot free; not pausing, not stopping), an outcome is left for the next claim for at most
+   * LINGER_MS after it became ready; then, or at once when no claim is coming (all slots busy,
+   * backing off, pausing after an empty claim, stopping), it is sent here. A long poll out
+   * holds an outcome back LINGER_MS at most. So an outcome waits at most LINGER_MS longer
+   * than before, and a stop still flushes everything.
+   */
   private async sendOutcomes(): Promise<void> {
     const t = now();
-    const ready = [...this.leases.values()].filter(
-      (l) => l.state === "reporting" && l.outcome && l.retryAt <= t && !l.sending,
-    );
+    const soon = this.claimSoon();
+    this.lingerUntil = undefined;
+    const ready: Lease[] = [];
+    for (const l of this.leases.values()) {
+      if (l.state !== "reporting" || !l.outcome || l.retryAt > t || l.sending) continue;
+      const due = Math.max(l.readyAt, l.retryAt) + LINGER_MS;
+      if (soon && !l.alone && !l.uncarried && t < due) {
+        this.lingerUntil = Math.min(this.lingerUntil ?? Infinity, due);
+        continue;
+      }
+      ready.push(l);
+    }
     const together = ready.filter((l) => !l.alone).slice(0, MAX_ITEMS);
     if (together.length) await this.sendBatch(together);
     for (const lease of ready) {
-      if (lease.alone && this.leases.get(lease.job.receiptId) === lease && lease.state === "reporting") {
+      if (lease.alone && this.leases.get(lease.job.receiptId) === lease && lease.state === "reporting" && !lease.sending) {
         await this.sendBatch([lease]);
       }
     }
@@ -878,6 +1012,17 @@ export class Worker {
       return;
     } finally {
       for (const lease of batch) lease.sending = false;
+    }
+    this.outcomeResults(batch, results);
+  }
+
+  /** The `results` of a POST /v1/outcomes, or of a claim that carried outcomes. */
+  private outcomeResults(batch: Lease[], results: OutcomeResult[] | null | undefined): void {
+    if (!Array.isArray(results) || results.length !== batch.length) {
+      // An answer we cannot read: each outcome is sent again while its lease lasts.
+      this.error("invalid_answer", "outcome", `not ${batch.length} outcome results: ${describe(JSON.stringify(results)).slice(0, 80)}`);
+      for (const lease of batch) this.retryLater(lease);
+      return;
     }
     batch.forEach((lease, i) => {
       const result = results[i];
@@ -963,6 +1108,7 @@ export class Worker {
     if (outcome) {
       lease.outcome = outcome;
       lease.state = "reporting";
+      lease.readyAt = now();
     } else {
       lease.state = "releasing";
     }
@@ -1017,8 +1163,10 @@ export class Worker {
     const t = now();
     const interval = this.o.leaseMs / 3;
     // An outcome the server failed on (500) is sent again while its lease lasts, not longer.
+    // An outcome riding in a claim is not extended meanwhile: the claim it sent is the one the
+    // outcome names.
     const live = [...this.leases.values()].filter(
-      (l) => l.state !== "releasing" && !(l.state === "reporting" && l.internalErrors > 0),
+      (l) => l.state !== "releasing" && !l.sending && !(l.state === "reporting" && l.internalErrors > 0),
     );
     if (!live.some((l) => t >= l.extendAt)) return;
     // Leases coming due within half an interval go now too, so that a
@@ -1027,7 +1175,13 @@ export class Worker {
     for (let i = 0; i < due.length; i += MAX_ITEMS) {
       const chunk = due.slice(i, i + MAX_ITEMS);
       const sent = now();
-      const results = await this.client.extendMany(chunk.map((l) => [l.job.claim, this.o.leaseMs]));
+      for (const lease of chunk) lease.sending = true;
+      let results;
+      try {
+        results = await this.client.extendMany(chunk.map((l) => [l.job.claim, this.o.leaseMs]));
+      } finally {
+        for (const lease of chunk) lease.sending = false;
+      }
       this.stats.heartbeats++;
       chunk.forEach((lease, j) => {
         const result = results[j];
@@ -1072,18 +1226,23 @@ export class Worker {
     for (let i = 0; i < reports.length; i += MAX_ITEMS) {
       const chunk = reports.slice(i, i + MAX_ITEMS);
       tasks.push(
-        this.client.outcomes(chunk.map((l) => [l.job.claim, l.outcome as OutcomeIn])).then((results) =>
-          chunk.forEach((lease, j) => {
-            const result = results[j];
-            if (result?.route && typeof result.route === "object") this.count(lease, result.route);
-            else this.countError(isProblem(result?.error) ? String(result.error.code) : "invalid_answer");
-          }),
-        ),
+        this.client
+          .outcomes(chunk.map((l) => [l.job.claim, l.outcome as OutcomeIn]))
+          .then((results) => this.drainResults(chunk, results)),
       );
     }
     for (const lease of releases) tasks.push(this.release(lease));
     for (const result of await Promise.allSettled(tasks)) {
       if (result.status === "rejected") this.error(errorCode(result.reason), "a final request", result.reason);
     }
+  }
+
+  /** After run() has ended: count the results of outcomes reported, once each. */
+  private drainResults(leases: Lease[], results: OutcomeResult[] | null | undefined): void {
+    leases.forEach((lease, j) => {
+      const result = Array.isArray(results) ? results[j] : undefined;
+      if (result?.route && typeof result.route === "object") this.count(lease, result.route);
+      else this.countError(isProblem(result?.error) ? String(result.error.code) : "invalid_answer");
+    });
   }
 }

@@ -137,22 +137,101 @@ ClaimOneIn = TypedDict(
     },
 )
 
+PermanentOutcome = TypedDict(
+    'PermanentOutcome',
+    {
+        'code': SettlementFailureCode,
+        'detail': NotRequired[str],
+        'kind': Literal['permanent'],
+        'rail_code': NotRequired[str | None],
+    },
+)
+
+RetryableOutcome = TypedDict(
+    'RetryableOutcome',
+    {
+        'code': SettlementFailureCode,
+        'detail': NotRequired[str],
+        'kind': Literal['retryable'],
+        'rail_code': NotRequired[str | None],
+        'retry_after_ms': NotRequired[int | None],
+    },
+)
+
+SettlementSkipReason: TypeAlias = Literal['denied', 'no_economic_intent', 'zero_charge']
+
+SkippedOutcome = TypedDict(
+    'SkippedOutcome',
+    {
+        'kind': Literal['skipped'],
+        'reason': SettlementSkipReason,
+    },
+)
+
+OutcomeIn: TypeAlias = AcceptedOutcome | SkippedOutcome | RetryableOutcome | PermanentOutcome
+
+OutcomeRequest = TypedDict(
+    'OutcomeRequest',
+    {
+        'claim': Claim,
+        'outcome': OutcomeIn,
+    },
+)
+
 ClaimsIn = TypedDict(
     'ClaimsIn',
     {
         'groups': NotRequired[list[str] | None],
         'lease_ms': int,
         'limit': int,
+        'outcomes': NotRequired[list[OutcomeRequest] | None],
         'wait_ms': NotRequired[int | None],
         'worker_id': str,
+    },
+)
+
+DeadLetteredRoute = TypedDict(
+    'DeadLetteredRoute',
+    {
+        'attempts': int,
+        'kind': Literal['dead_lettered'],
+    },
+)
+
+NoActionRoute = TypedDict(
+    'NoActionRoute',
+    {
+        'kind': Literal['no_action'],
+    },
+)
+
+RetryScheduledRoute = TypedDict(
+    'RetryScheduledRoute',
+    {
+        'attempt': int,
+        'kind': Literal['retry_scheduled'],
+        'next_visible_at_ms': int,
+    },
+)
+
+Route: TypeAlias = NoActionRoute | RetryScheduledRoute | DeadLetteredRoute
+
+OutcomeResult = TypedDict(
+    'OutcomeResult',
+    {
+        'error': NotRequired[Problem | None],
+        'receipt_id': NotRequired[str | None],
+        'route': NotRequired[Route | None],
     },
 )
 
 ClaimsOut = TypedDict(
     'ClaimsOut',
     {
+        'claim_error': NotRequired[Problem | None],
         'claims': list[Claim],
         'look_again_ms': NotRequired[int | None],
+        'results': NotRequired[list[OutcomeResult] | None],
     },
 )
 
@@ -189,14 +268,6 @@ DeadLetter = TypedDict(
     },
 )
 
-DeadLetteredRoute = TypedDict(
-    'DeadLetteredRoute',
-    {
-        'attempts': int,
-        'kind': Literal['dead_lettered'],
-    },
-)
-
 DeadLettersOut = TypedDict(
     'DeadLettersOut',
     {
@@ -209,8 +280,6 @@ DeadLettersOut = TypedDict(
 HistoryOutcome: TypeAlias = Literal['accepted', 'skipped', 'retryable', 'permanent', 'released', 'redrive', 'hold', 'unhold', 'cancel']
 
 RouteKind: TypeAlias = Literal['no_action', 'retry_scheduled', 'dead_lettered']
-
-SettlementSkipReason: TypeAlias = Literal['denied', 'no_economic_intent', 'zero_charge']
 
 HistoryEntry = TypedDict(
     'HistoryEntry',
@@ -398,76 +467,10 @@ LeaseReleaseIn = TypedDict(
     },
 )
 
-NoActionRoute = TypedDict(
-    'NoActionRoute',
-    {
-        'kind': Literal['no_action'],
-    },
-)
-
-PermanentOutcome = TypedDict(
-    'PermanentOutcome',
-    {
-        'code': SettlementFailureCode,
-        'detail': NotRequired[str],
-        'kind': Literal['permanent'],
-        'rail_code': NotRequired[str | None],
-    },
-)
-
-RetryableOutcome = TypedDict(
-    'RetryableOutcome',
-    {
-        'code': SettlementFailureCode,
-        'detail': NotRequired[str],
-        'kind': Literal['retryable'],
-        'rail_code': NotRequired[str | None],
-        'retry_after_ms': NotRequired[int | None],
-    },
-)
-
-SkippedOutcome = TypedDict(
-    'SkippedOutcome',
-    {
-        'kind': Literal['skipped'],
-        'reason': SettlementSkipReason,
-    },
-)
-
-OutcomeIn: TypeAlias = AcceptedOutcome | SkippedOutcome | RetryableOutcome | PermanentOutcome
-
-OutcomeRequest = TypedDict(
-    'OutcomeRequest',
-    {
-        'claim': Claim,
-        'outcome': OutcomeIn,
-    },
-)
-
 OutcomeBatchIn = TypedDict(
     'OutcomeBatchIn',
     {
         'outcomes': list[OutcomeRequest],
-    },
-)
-
-RetryScheduledRoute = TypedDict(
-    'RetryScheduledRoute',
-    {
-        'attempt': int,
-        'kind': Literal['retry_scheduled'],
-        'next_visible_at_ms': int,
-    },
-)
-
-Route: TypeAlias = NoActionRoute | RetryScheduledRoute | DeadLetteredRoute
-
-OutcomeResult = TypedDict(
-    'OutcomeResult',
-    {
-        'error': NotRequired[Problem | None],
-        'receipt_id': NotRequired[str | None],
-        'route': NotRequired[Route | None],
     },
 )
 

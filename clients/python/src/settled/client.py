@@ -230,14 +230,22 @@ class AsyncClient:
         wait_ms: int = 0,
         groups: Sequence[str] | None = None,
         started: asyncio.Event | None = None,
+        outcomes: Sequence[tuple[s.Claim, s.OutcomeIn]] | None = None,
     ) -> s.ClaimsOut:
         """Claim up to `limit` due receipts, waiting up to `wait_ms` for work. Never retried.
 
         `started` is set once the answer has begun to arrive: from then on it holds leases,
-        and cancelling would strand them until they end."""
+        and cancelling would strand them until they end.
+
+        `outcomes` (up to 1024) are recorded first, as `outcomes()` records them, and
+        answered in the answer's `results`, in order; a claim that fails after them is
+        answered with `claim_error` (and no claims) rather than an error status. When the
+        request fails as a whole, nothing may be assumed: sending them again is safe."""
         body: dict[str, Any] = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": limit, "wait_ms": wait_ms}
         if groups:
             body["groups"] = list(groups)
+        if outcomes:
+            body["outcomes"] = [{"claim": c, "outcome": o} for c, o in outcomes]
         method, path = _path("v1.claims.create")
         answer = await self.request(method, path, body, timeout=self.timeout + wait_ms / 1000, started=started)
         if not isinstance(answer, dict) or not isinstance(answer.get("claims"), list):

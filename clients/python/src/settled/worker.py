@@ -8,8 +8,10 @@ handler only settles one receipt:
   heartbeat was *sent*, plus the lease, minus a margin, on a monotonic clock);
 - every held lease is extended once a third of it has passed, all of them in
   one `POST /v1/leases/extend`;
-- requests that carry claims are sent by one task, one after the other, so a
-  heartbeat and an outcome for the same claim never race;
+- a lease's claim is in one request at a time (`sending`): heartbeats, releases
+  and outcome batches go from one task, one after the other, and an outcome riding
+  in a claim (from the claim task) is neither heartbeated nor sent again while that
+  claim is out, so a heartbeat and an outcome for the same claim never race;
 - a 409 (or the local deadline) means the lease is lost: the handler's task is
   cancelled, `job.lost` is set, and no outcome is sent for it;
 - an outcome the server refuses (or that is outside the spec) is replaced by
@@ -22,7 +24,10 @@ handler only settles one receipt:
   what it brings released), running jobs get until `shutdown_timeout` to
   finish and are reported, claims not started are released; `run()` returns
   within `shutdown_timeout`;
-- outcomes of jobs that finish together go in one `POST /v1/outcomes`.
+- outcomes ride along with the next claim (`POST /v1/claims` with `outcomes`): a busy
+  worker reports what it finished and asks for more work in one round trip. The commit
+  loop sends them in a `POST /v1/outcomes` instead (those of jobs that finish together
+  in one) when no claim is about to take them: see `_send_outcomes` and `LINGER`.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ MAX_LOOK_AGAIN_MS = 86_400_000
 #: The 4xx answers to a whole outcome batch that may be one item's fault (a body too large,
 #: one that is not valid JSON): the items are then sent one by one to find it.
 ITEM_FAULTS = (400, 413, 422)
+#: How long an outcome that is ready waits for the next claim to carry it, when a claim is
+#: about to be sent; after that the commit loop sends it in a `POST /v1/outcomes` itself.
+LINGER = 0.025
 
 
 class Job:
@@ -184,7 +192,8 @@ def _looks_like_claim(claim: object) -> bool:
 
 
 class _Lease:
-    __slots__ = ("job", "deadline", "extend_at", "state", "task", "outcome", "retry_at", "tries", "fallback", "alone")
+    __slots__ = ("job", "deadline", "extend_at", "state", "task", "outcome", "retry_at", "tries", "fallback", "alone",
+                 "ready_at", "sending", "uncarried")
 
     def __init__(self, job: Job, deadline: float, extend_at: float):
         self.job = job
@@ -201,6 +210,14 @@ class _Lease:
         self.fallback = False
         #: Sent in a batch of its own (its batch was refused as a whole).
         self.alone = False
+        #: When its outcome became ready to send (monotonic).
+        self.ready_at = 0.0
+        #: A request carrying this claim is on its way (a claim carrying the outcome, an
+        #: outcome batch, a heartbeat): nothing else sends the claim meanwhile.
+        self.sending = False
+        #: Never carried by a claim again (a claim carrying it was refused as a whole): sent
+        #: in a `POST /v1/outcomes`, which finds an item at fault.
+        self.uncarried = False
 
 
 class Worker:
@@ -260,6 +277,12 @@ class Worker:
         self._stop_requests = 0
         self._stop_at: float | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
+        #: What the claim loop does: "ready" (about to claim, or waiting for a free slot),
+        #: "claiming" (a claim on its way), "pausing" (backing off, or after an empty claim),
+        #: "done".
+        self._claim_phase = "ready"
+        #: When the first outcome the commit loop left for the next claim is its to send.
+        self._linger_until: float | None = None
 
     @property
     def _reserve(self) -> float:
@@ -355,6 +378,7 @@ class Worker:
         self._stopping, self._aborting = asyncio.Event(), asyncio.Event()
         self._wake, self._slots = asyncio.Event(), asyncio.Event()
         self._stop_at, self._fatal, self._claiming_done = None, None, False
+        self._claim_phase = "ready"
         self._leases, self._running = {}, 0
         pending_stops, self._stop_requests = self._stop_requests, 0
         for _ in range(pending_stops):
@@ -466,12 +490,15 @@ class Worker:
         failing = Backoff(0.25, 10.0, floor=0.5)
         try:
             while not self._stopping.is_set():
+                self._claim_phase = "ready"
                 # A slot is free once its handler returned: the next claim goes out while
                 # outcomes are being reported (at most 4 x concurrency wait to be).
                 held = sum(1 for lease in self._leases.values() if lease.state in ("queued", "running"))
                 reporting = len(self._leases) - held
                 if held >= self.concurrency or reporting >= 4 * self.concurrency:
                     self._slots.clear()
+                    if self._linger_until is not None:
+                        self._poke()  # no claim is coming: the outcomes left for one go now
                     await self._either(self._slots.wait(), timeout=None)
                     if not self._stopping.is_set():
                         # Jobs finishing together free their slots one by one: gather
@@ -481,22 +508,54 @@ class Worker:
                 # Not clamped: a refused batch size stops the worker naming it (422 claim_batch).
                 limit = self.batch_size or (self.concurrency - held)
                 sent = time.monotonic()
+                # The outcomes ready ride along: recorded before the claim, in one round trip.
+                carried = self._take_outcomes()
+                self._claim_phase = "claiming"
                 try:
-                    answer = await self._claim(limit)
+                    try:
+                        answer = await self._claim(limit, carried)
+                    finally:
+                        # Whatever happens, they are no longer on their way: an outcome whose
+                        # claim failed as a whole is sent again (the commit loop sends it at
+                        # once, the claim loop backing off); it cannot be recorded twice.
+                        for lease in carried:
+                            lease.sending = False
                 except ProblemError as e:
-                    if self._fatal_answer(e):
-                        self._fail("claim", e)
+                    if carried and e.status in ITEM_FAULTS:
+                        # Refused as a whole, maybe for an outcome it carried (too large, not
+                        # valid JSON): those go in POST /v1/outcomes, which finds the one at
+                        # fault; the claim is made again without them at once.
+                        self.log.warning(
+                            "settled worker %s: a claim carrying %d outcomes refused (%s): sending them apart",
+                            self.worker_id,
+                            len(carried),
+                            e,
+                        )
+                        for lease in carried:
+                            lease.uncarried = True
+                        self._poke()
+                        continue
+                    if not await self._claim_failed(e, backoff, failing):
                         return
-                    self._error(e.code, "claim", e)
-                    wait = backoff.next() if e.retryable else failing.next()
-                    await self._either(self._stopping.wait(), timeout=wait)
                     continue
                 except ConnectionFailed as e:
                     self._error("invalid_answer" if isinstance(e, InvalidAnswer) else "connection", "claim", e)
+                    self._claim_phase = "pausing"
+                    self._poke()
                     await self._either(self._stopping.wait(), timeout=backoff.next())
                     continue
                 if answer is None:
                     break  # stopped with the claim in flight, and it was cancelled
+                if carried:
+                    # The outcomes first, as a POST /v1/outcomes answer: a receipt claimed again
+                    # in this same answer (a retry due at once) is then a new lease.
+                    await self._outcome_results(carried, answer.get("results"))
+                claim_error = answer.get("claim_error")
+                if isinstance(claim_error, dict):
+                    # The outcomes were recorded, the claim then failed: as a failed claim.
+                    if not await self._claim_failed(_problem(claim_error), backoff, failing):
+                        return
+                    continue
                 backoff.reset()
                 failing.reset()
                 claims = []
@@ -514,18 +573,68 @@ class Worker:
                 if claims:
                     self._start_queued()
                     continue
-                pause = self._pause(look_again, time.monotonic() - sent)
+                pause = self._pause(look_again, time.monotonic() - sent, polled=not carried)
                 if pause > 0:
+                    self._claim_phase = "pausing"
+                    self._poke()
                     await self._either(self._stopping.wait(), timeout=pause)
         finally:
+            self._claim_phase = "done"
             self._claiming_done = True
             self._poke()
 
-    def _pause(self, look_again_ms: int | None, waited: float) -> float:
-        """How long to wait after a claim that brought nothing."""
+    async def _claim_failed(self, e: ProblemError, backoff: Backoff, failing: Backoff) -> bool:
+        """A claim refused or failed (its status, or its `claim_error`): back off; False when
+        the worker must stop (401, 403, 422)."""
+        assert self._stopping is not None
+        if self._fatal_answer(e):
+            self._fail("claim", e)
+            return False
+        self._error(e.code, "claim", e)
+        self._claim_phase = "pausing"
+        self._poke()
+        wait = backoff.next() if e.retryable else failing.next()
+        await self._either(self._stopping.wait(), timeout=wait)
+        return True
+
+    def _take_outcomes(self) -> list[_Lease]:
+        """The outcomes a claim carries: every one ready (up to 1024), except those the commit
+        loop sends on their own."""
+        now = time.monotonic()
+        taken = [
+            lease
+            for lease in self._leases.values()
+            if lease.state == "reporting"
+            and lease.outcome is not None
+            and not lease.sending
+            and not lease.alone
+            and not lease.uncarried
+            and lease.retry_at <= now
+            and now < lease.deadline
+        ][:MAX_ITEMS]
+        for lease in taken:
+            lease.sending = True
+        return taken
+
+    def _claim_soon(self) -> bool:
+        """Whether the claim loop is about to send a claim (which takes the outcomes ready):
+        not stopping, not backing off or pausing, and a claim on its way (a busy worker's next
+        one follows it at once) or a slot free."""
+        if self._stopping is None or self._stopping.is_set() or self._claim_phase in ("pausing", "done"):
+            return False
+        if self._claim_phase == "claiming":
+            return True
+        held = sum(1 for lease in self._leases.values() if lease.state in ("queued", "running"))
+        reporting = len(self._leases) - held
+        return held < self.concurrency and reporting < 4 * self.concurrency
+
+    def _pause(self, look_again_ms: int | None, waited: float, polled: bool = True) -> float:
+        """How long to wait after a claim that brought nothing (`polled`: a long poll, not a
+        claim that carried outcomes, which does not wait)."""
         # An answer that came back before its long poll ended (a wait_ms of 0, a server
-        # stopping) is not asked again at once.
-        pause = 0.0 if self.wait_ms > 0 and waited >= self.wait_ms / 2000 else 0.25
+        # stopping) is not asked again at once. After a claim carrying outcomes, the long poll
+        # follows at once.
+        pause = 0.0 if not polled or (self.wait_ms > 0 and waited >= self.wait_ms / 2000) else 0.25
         if look_again_ms is None:
             return pause
         look = min(look_again_ms, MAX_LOOK_AGAIN_MS) / 1000
@@ -536,8 +645,9 @@ class Worker:
         # moment, and the next long poll waits for it (and for the token) by itself.
         return min(look, pause)
 
-    async def _claim(self, limit: int) -> s.ClaimsOut | None:
-        """One claim; None when the worker stopped while it was in flight and it was cancelled."""
+    async def _claim(self, limit: int, carried: Sequence[_Lease] = ()) -> s.ClaimsOut | None:
+        """One claim, carrying the outcomes of `carried`; None when the worker stopped while it
+        was in flight and it was cancelled."""
         assert self._stopping is not None and self._aborting is not None
         started = asyncio.Event()
         request = asyncio.create_task(
@@ -545,9 +655,13 @@ class Worker:
                 self.worker_id,
                 lease_ms=self.lease_ms,
                 limit=limit,
-                wait_ms=self.wait_ms,
+                # A claim carrying outcomes does not wait for work: their results come back at
+                # once (a stop does not cut them off, no lease waits on them unextended); when
+                # it brings nothing, the next claim, without them, is the long poll.
+                wait_ms=0 if carried else self.wait_ms,
                 groups=self.groups,
                 started=started,
+                outcomes=[(lease.job.claim, cast(s.OutcomeIn, lease.outcome)) for lease in carried] or None,
             )
         )
         stopped = asyncio.create_task(self._stopping.wait())
@@ -667,6 +781,7 @@ class Worker:
             return
         lease.outcome = outcome
         lease.state = "reporting"
+        lease.ready_at = time.monotonic()
         self._poke()
         self._start_queued()
 
@@ -717,7 +832,7 @@ class Worker:
         self.log.warning("settled worker %s: %s failed: %s", self.worker_id, what, error)
         self._emit("error", None, code=code, during=what, error=str(error))
 
-    # Everything that carries a claim goes through this one task.
+    # Heartbeats, releases and outcome batches: this one task (a claim carries outcomes too).
 
     async def _commit_loop(self) -> None:
         assert self._stopping is not None and self._wake is not None
@@ -727,7 +842,8 @@ class Worker:
             self._wake.clear()
             now = time.monotonic()
             for lease in list(self._leases.values()):
-                if now >= lease.deadline:
+                # An outcome riding in a claim was sent before its deadline: its answer decides.
+                if now >= lease.deadline and not lease.sending:
                     self._lose(lease, "local deadline passed")
             if self._stopping.is_set():
                 self._stop_step()
@@ -749,10 +865,13 @@ class Worker:
             if self._stopping.is_set() and self._claiming_done and not self._leases:
                 return
             wait = tick if ok else min(backoff.next(), tick * 4)
-            if self._leases:
+            deadlines = [lease.deadline for lease in self._leases.values() if not lease.sending]
+            if self._linger_until is not None:
+                # Wake when an outcome left for the next claim has waited long enough.
+                deadlines.append(self._linger_until)
+            if deadlines:
                 # Wake for the first local deadline: a lost lease's job is cancelled at once.
-                first = min(lease.deadline for lease in self._leases.values())
-                wait = min(wait, max(0.0, first - time.monotonic()) + 0.001)
+                wait = min(wait, max(0.0, min(deadlines) - time.monotonic()) + 0.001)
             if not ok:
                 # Backing off: finished jobs do not wake it, only the wait's end.
                 assert self._aborting is not None
@@ -767,22 +886,43 @@ class Worker:
                 lease.state = "releasing"
 
     async def _send_outcomes(self) -> None:
+        """The outcomes no claim is about to carry, in one `POST /v1/outcomes`.
+
+        The rule: when the claim loop is about to claim (`_claim_soon`: a claim on its way,
+        or a slot free; not pausing, not stopping), an outcome is left for the next claim for
+        at most `LINGER` after it became ready; then, or at once when no claim is coming (all
+        slots busy, backing off, pausing after an empty claim, stopping), it is sent here. A
+        long poll out holds an outcome back `LINGER` at most. So an outcome waits at most
+        `LINGER` longer than before, and a stop still flushes everything."""
         now = time.monotonic()
-        ready = [
-            lease
-            for lease in self._leases.values()
-            if lease.state == "reporting" and lease.outcome is not None and lease.retry_at <= now
-        ]
+        soon = self._claim_soon()
+        self._linger_until = None
+        ready = []
+        for lease in self._leases.values():
+            if lease.state != "reporting" or lease.outcome is None or lease.retry_at > now or lease.sending:
+                continue
+            due = max(lease.ready_at, lease.retry_at) + LINGER
+            if soon and not lease.alone and not lease.uncarried and now < due:
+                self._linger_until = due if self._linger_until is None else min(self._linger_until, due)
+                continue
+            ready.append(lease)
         together = [lease for lease in ready if not lease.alone][:MAX_ITEMS]
         if together:
             await self._send_batch(together)
         for lease in ready:
-            if lease.alone and self._leases.get(lease.job.receipt_id) is lease and lease.state == "reporting":
+            if (
+                lease.alone
+                and self._leases.get(lease.job.receipt_id) is lease
+                and lease.state == "reporting"
+                and not lease.sending
+            ):
                 await self._send_batch([lease])
 
     async def _send_batch(self, batch: list[_Lease]) -> None:
         if not batch:
             return
+        for lease in batch:
+            lease.sending = True
         try:
             results = await self.client.outcomes([(lease.job.claim, cast(s.OutcomeIn, lease.outcome)) for lease in batch])
         except ProblemError as e:
@@ -801,11 +941,25 @@ class Worker:
                 return
             await self._refused(batch[0], e)
             return
+        finally:
+            for lease in batch:
+                lease.sending = False
+        await self._outcome_results(batch, results)
+
+    async def _outcome_results(self, batch: Sequence[_Lease], results: object) -> None:
+        """The `results` of a `POST /v1/outcomes`, or of a claim that carried outcomes."""
+        if not isinstance(results, list) or len(results) != len(batch):
+            # An answer we cannot read: each outcome is sent again while its lease lasts.
+            self._error("invalid_answer", "outcome",
+                        InvalidAnswer(f"not {len(batch)} outcome results: {str(results)[:80]!r}"))
+            for lease in batch:
+                self._retry_later(lease)
+            return
         for lease, result in zip(batch, results):
-            error = result.get("error")
-            route = result.get("route")
+            error = result.get("error") if isinstance(result, dict) else None
+            route = result.get("route") if isinstance(result, dict) else None
             if isinstance(route, dict):
-                self._count(lease, route)
+                self._count(lease, cast(s.Route, route))
                 self._done(lease)
             elif isinstance(error, dict):
                 await self._item_error(lease, _problem(error))
@@ -872,6 +1026,7 @@ class Worker:
         if self._leases.get(lease.job.receipt_id) is lease:
             lease.outcome = outcome
             lease.retry_at = 0.0
+            lease.ready_at = time.monotonic()
 
     async def _send_releases(self) -> None:
         releasing = [lease for lease in self._leases.values() if lease.state == "releasing"]
@@ -903,7 +1058,9 @@ class Worker:
     async def _send_heartbeats(self) -> None:
         now = time.monotonic()
         interval = self.lease_ms / 3000
-        live = [lease for lease in self._leases.values() if lease.state != "releasing"]
+        # An outcome riding in a claim is not extended meanwhile: the claim it sent is the one
+        # the outcome names.
+        live = [lease for lease in self._leases.values() if lease.state != "releasing" and not lease.sending]
         if not any(now >= lease.extend_at for lease in live):
             return
         # Leases coming due within half an interval go now too, so that a
@@ -912,7 +1069,13 @@ class Worker:
         for start in range(0, len(due), MAX_ITEMS):
             chunk = due[start : start + MAX_ITEMS]
             sent = time.monotonic()
-            results = await self.client.extend_many([(lease.job.claim, self.lease_ms) for lease in chunk])
+            for lease in chunk:
+                lease.sending = True
+            try:
+                results = await self.client.extend_many([(lease.job.claim, self.lease_ms) for lease in chunk])
+            finally:
+                for lease in chunk:
+                    lease.sending = False
             self.stats.heartbeats += 1
             for lease, result in zip(chunk, results):
                 claim = result.get("claim")

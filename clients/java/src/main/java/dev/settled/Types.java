@@ -35,18 +35,34 @@ public final class Types {
             @JsonProperty(value = "lease_ms", required = true) long leaseMs,
             @JsonProperty(value = "limit", required = true) int limit,
             @JsonProperty("wait_ms") Long waitMs,
-            @JsonProperty("groups") List<String> groups) {}
+            @JsonProperty("groups") List<String> groups,
+            @JsonProperty("outcomes") List<OutcomeRequest> outcomes) {
+        /** A claim that carries no outcomes. */
+        public ClaimsIn(String workerId, long leaseMs, int limit, Long waitMs, List<String> groups) {
+            this(workerId, leaseMs, limit, waitMs, groups, null);
+        }
+    }
 
     @JsonInclude(JsonInclude.Include.NON_NULL)
     public record ClaimOneIn(
             @JsonProperty(value = "worker_id", required = true) String workerId,
             @JsonProperty(value = "lease_ms", required = true) long leaseMs) {}
 
-    /** The claims as received (each sent back exactly), and look_again_ms or null. */
+    /**
+     * The claims as received (each sent back exactly), and look_again_ms or null; with
+     * outcomes sent along, their results (in order) and, when the claim failed after them,
+     * claim_error.
+     */
     @JsonIgnoreProperties(ignoreUnknown = true)
     public record ClaimsOut(
             @JsonProperty(value = "claims", required = true) List<JsonNode> claims,
-            @JsonProperty("look_again_ms") Long lookAgainMs) {}
+            @JsonProperty("look_again_ms") Long lookAgainMs,
+            @JsonProperty("results") List<OutcomeResult> results,
+            @JsonProperty("claim_error") Problem claimError) {
+        public ClaimsOut(List<JsonNode> claims, Long lookAgainMs) {
+            this(claims, lookAgainMs, null, null);
+        }
+    }
 
     @JsonInclude(JsonInclude.Include.NON_NULL)
     public record ReceiptIn(
