@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
 use super::commit_gate::{self, Gate};
+use super::turns::Turns;
 use crate::domain::StoreError;
 use crate::store::StoreResult;
 
@@ -79,7 +80,13 @@ impl<J: Mergeable> Drop for Batcher<J> {
 impl<J: Mergeable> Batcher<J> {
     /// Start `tasks` group runners on `pool`. `bound` limits a group like any
     /// store call; `notify` is signalled after a group made work due.
-    pub fn start(pool: PgPool, tasks: usize, bound: Option<Duration>, notify: Arc<Notify>) -> Self {
+    pub fn start(
+        pool: PgPool,
+        tasks: usize,
+        bound: Option<Duration>,
+        notify: Arc<Notify>,
+        turns: Option<i32>,
+    ) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
         let waiting = Arc::new(Waiting {
             requests: Mutex::new(requests),
@@ -87,7 +94,14 @@ impl<J: Mergeable> Batcher<J> {
             crowded: Notify::new(),
             closed: AtomicBool::new(false),
         });
-        tokio::spawn(serve(pool.clone(), waiting.clone(), bound, notify.clone()));
+        let turns = turns.map(|key| Turns::new(pool.clone(), key));
+        tokio::spawn(serve(
+            pool.clone(),
+            waiting.clone(),
+            bound,
+            notify.clone(),
+            turns,
+        ));
         for _ in 1..tasks {
             tokio::spawn(serve_crowded(
                 pool.clone(),
@@ -144,12 +158,20 @@ impl<J: Mergeable> Batcher<J> {
 /// none is queued) and every request already queued behind it, up to
 /// [`GROUP_ITEMS`].
 async fn next_group<J: Mergeable>(waiting: &Waiting<J>, wait: bool) -> Option<Vec<Request<J>>> {
-    let mut requests = waiting.requests.lock().await;
-    let first = if wait {
-        requests.recv().await?
-    } else {
-        requests.try_recv().ok()?
+    let first = {
+        let mut requests = waiting.requests.lock().await;
+        if wait {
+            requests.recv().await?
+        } else {
+            requests.try_recv().ok()?
+        }
     };
+    Some(gather(waiting, first).await)
+}
+
+/// `first` and every request queued behind it, up to [`GROUP_ITEMS`].
+async fn gather<J: Mergeable>(waiting: &Waiting<J>, first: Request<J>) -> Vec<Request<J>> {
+    let mut requests = waiting.requests.lock().await;
     let mut size = first.job.size();
     let mut group = vec![first];
     while size < GROUP_ITEMS {
@@ -162,18 +184,32 @@ async fn next_group<J: Mergeable>(waiting: &Waiting<J>, wait: bool) -> Option<Ve
         }
     }
     waiting.items.fetch_sub(size, Ordering::SeqCst);
-    Some(group)
+    group
 }
 
-/// The first task: every request, as it comes.
+/// The first task: every request, as it comes; with `turns`, a group is
+/// gathered once the queue's turn across replicas is taken.
 async fn serve<J: Mergeable>(
     pool: PgPool,
     waiting: Arc<Waiting<J>>,
     bound: Option<Duration>,
     notify: Arc<Notify>,
+    mut turns: Option<Turns>,
 ) {
-    while let Some(group) = next_group(&waiting, true).await {
+    loop {
+        let first = waiting.requests.lock().await.recv().await;
+        let Some(first) = first else {
+            return;
+        };
+        let turn = match turns.as_mut() {
+            Some(turns) => turns.take().await,
+            None => false,
+        };
+        let group = gather(&waiting, first).await;
         run_group(&pool, group, bound, &notify).await;
+        if let (true, Some(turns)) = (turn, turns.as_mut()) {
+            turns.give_back().await;
+        }
     }
 }
 
@@ -252,148 +288,5 @@ async fn run_contained<J: Mergeable>(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex as Locked;
-
-    use tokio::sync::Semaphore;
-
-    use super::*;
-
-    /// What the groups of a queue did.
-    #[derive(Default)]
-    struct Log {
-        /// Each group's job sizes, in the order the groups started.
-        groups: Locked<Vec<Vec<usize>>>,
-        running: AtomicUsize,
-        /// Most groups running at once.
-        most: AtomicUsize,
-    }
-
-    /// A job of `size` items; its group waits for `hold` to open, if any.
-    struct Fake {
-        size: usize,
-        log: Arc<Log>,
-        hold: Option<Arc<Semaphore>>,
-    }
-
-    impl Mergeable for Fake {
-        type Answer = ();
-
-        fn size(&self) -> usize {
-            self.size
-        }
-
-        fn run(
-            _: &PgPool,
-            jobs: &[Self],
-        ) -> impl Future<Output = (Vec<StoreResult<()>>, bool)> + Send {
-            let log = jobs[0].log.clone();
-            let holds: Vec<_> = jobs.iter().filter_map(|j| j.hold.clone()).collect();
-            log.groups
-                .lock()
-                .expect("log")
-                .push(jobs.iter().map(|j| j.size).collect());
-            let count = jobs.len();
-            async move {
-                let now = log.running.fetch_add(1, Ordering::SeqCst) + 1;
-                log.most.fetch_max(now, Ordering::SeqCst);
-                for hold in holds {
-                    let _ = hold.acquire().await;
-                }
-                log.running.fetch_sub(1, Ordering::SeqCst);
-                ((0..count).map(|_| Ok(())).collect(), false)
-            }
-        }
-    }
-
-    fn start(tasks: usize) -> Arc<Batcher<Fake>> {
-        let pool = PgPool::connect_lazy("postgres://127.0.0.1:1/unused").expect("lazy pool");
-        Arc::new(Batcher::start(pool, tasks, None, Arc::new(Notify::new())))
-    }
-
-    fn job(log: &Arc<Log>, size: usize, hold: Option<&Arc<Semaphore>>) -> Fake {
-        Fake {
-            size,
-            log: log.clone(),
-            hold: hold.cloned(),
-        }
-    }
-
-    /// Yield until `ready` holds (the runners are tasks on this runtime).
-    async fn until(ready: impl Fn() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !ready() {
-            assert!(tokio::time::Instant::now() < deadline, "timed out");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    /// Small requests that queue behind a running group wait for it and
-    /// then run together as one group: the second runner stays idle.
-    #[tokio::test]
-    async fn small_requests_queue_and_merge_behind_one_group() {
-        let (batcher, log) = (start(2), Arc::new(Log::default()));
-        let gate = Arc::new(Semaphore::new(0));
-        let first = tokio::spawn({
-            let b = batcher.clone();
-            let j = job(&log, 1, Some(&gate));
-            async move { b.run(j).await }
-        });
-        until(|| log.running.load(Ordering::SeqCst) == 1).await;
-        let rest: Vec<_> = (0..10)
-            .map(|_| {
-                let (b, j) = (batcher.clone(), job(&log, 1, None));
-                tokio::spawn(async move { b.run(j).await })
-            })
-            .collect();
-        until(|| batcher.waiting.items.load(Ordering::SeqCst) == 10).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(
-            log.groups.lock().expect("log").len(),
-            1,
-            "nothing ran beside the first"
-        );
-        gate.add_permits(1);
-        first.await.expect("task").expect("answered");
-        for r in rest {
-            r.await.expect("task").expect("answered");
-        }
-        assert_eq!(*log.groups.lock().expect("log"), [vec![1], vec![1; 10]]);
-        assert_eq!(log.most.load(Ordering::SeqCst), 1);
-    }
-
-    /// A backlog of [`SPLIT_ITEMS`] items runs beside a group that is still
-    /// running, and is answered before it.
-    #[tokio::test]
-    async fn a_large_backlog_runs_beside_the_first_group() {
-        let (batcher, log) = (start(2), Arc::new(Log::default()));
-        let gate = Arc::new(Semaphore::new(0));
-        let first = tokio::spawn({
-            let b = batcher.clone();
-            let j = job(&log, 1, Some(&gate));
-            async move { b.run(j).await }
-        });
-        until(|| log.running.load(Ordering::SeqCst) == 1).await;
-        let backlog = batcher.run(job(&log, SPLIT_ITEMS, None));
-        tokio::time::timeout(Duration::from_secs(30), backlog)
-            .await
-            .expect("answered while the first group still runs")
-            .expect("answered");
-        assert_eq!(log.most.load(Ordering::SeqCst), 2);
-        gate.add_permits(1);
-        first.await.expect("task").expect("answered");
-    }
-
-    /// Dropping the queue ends every runner, the idle ones too.
-    #[tokio::test]
-    async fn dropping_the_queue_ends_its_runners() {
-        let batcher = start(4);
-        let waiting = batcher.waiting.clone();
-        batcher
-            .run(job(&Arc::default(), 1, None))
-            .await
-            .expect("answered");
-        drop(batcher);
-        until(|| Arc::strong_count(&waiting) == 1).await;
-    }
-}
+#[path = "batcher_tests.rs"]
+mod tests;

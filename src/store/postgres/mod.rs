@@ -45,6 +45,7 @@ mod read;
 mod schema;
 mod search;
 mod stats;
+mod turns;
 mod tx;
 mod vacuum;
 mod write_round;

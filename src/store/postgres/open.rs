@@ -151,12 +151,14 @@ impl PostgresStore {
             write_tasks(options.max_connections),
             bound,
             notify.clone(),
+            Some(1),
         );
         let claims = batcher::Batcher::start(
             pool.clone(),
             write_tasks(options.max_connections),
             bound,
             notify.clone(),
+            Some(2),
         );
         let vacuum = vacuum::start(primary.clone(), options.vacuum_dead_rows);
         // Last, once nothing can fail: the store's drop is what stops it.

@@ -1,0 +1,135 @@
+//! Turns across replicas. The first runner of each write queue takes its
+//! queue's PostgreSQL advisory lock before it gathers a group, so that the
+//! replicas on one database run their groups of a kind one at a time, and
+//! each group takes in whatever queued on its replica while the others ran:
+//! with several replicas the database still gets few, large statements and
+//! commits instead of many small ones (docs/scaling.md). A turn is waited
+//! for at most [`LOCK_WAIT`]; then the group runs without it, as it would
+//! with no other replica.
+
+use std::time::{Duration, Instant};
+
+use sqlx::{PgConnection, PgPool};
+
+/// The first key of settled's advisory locks (the second names the queue).
+const CLASS: i32 = 0x5e77;
+
+/// Longest wait for a turn, on the database's clock (`lock_timeout`).
+const LOCK_WAIT: &str = "SET lock_timeout = '20ms'";
+
+/// Longest wait for an answer about a turn before the connection is given
+/// up (a database that went away).
+const ANSWER_WAIT: Duration = Duration::from_millis(500);
+
+/// A turn connection is opened afresh this often, so that it follows the
+/// pool to a new primary after a failover.
+const RECYCLE: Duration = Duration::from_secs(30);
+
+/// The turns of one queue of one replica, on a connection of their own
+/// (taken out of the pool: its lock timeout is its own).
+pub(super) struct Turns {
+    pool: PgPool,
+    key: i32,
+    conn: Option<(PgConnection, Instant)>,
+}
+
+impl Turns {
+    pub fn new(pool: PgPool, key: i32) -> Self {
+        Self {
+            pool,
+            key,
+            conn: None,
+        }
+    }
+
+    /// Wait for this queue's turn: whether it was taken (then it must be
+    /// given back).
+    pub async fn take(&mut self) -> bool {
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() > RECYCLE)
+        {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            self.conn = self.open().await.map(|c| (c, Instant::now()));
+        }
+        let Some((conn, _)) = self.conn.as_mut() else {
+            return false;
+        };
+        let lock = sqlx::query("SELECT pg_advisory_lock($1, $2)")
+            .bind(CLASS)
+            .bind(self.key)
+            .execute(conn);
+        match tokio::time::timeout(ANSWER_WAIT, lock).await {
+            Ok(Ok(_)) => true,
+            // Another replica's group ran longer than the wait: run anyway.
+            Ok(Err(sqlx::Error::Database(e))) if e.code().as_deref() == Some("55P03") => false,
+            _ => {
+                self.conn = None;
+                false
+            }
+        }
+    }
+
+    /// Give the turn back (a connection that cannot is closed, which does).
+    pub async fn give_back(&mut self) {
+        let Some((conn, _)) = self.conn.as_mut() else {
+            return;
+        };
+        let unlock = sqlx::query("SELECT pg_advisory_unlock($1, $2)")
+            .bind(CLASS)
+            .bind(self.key)
+            .execute(conn);
+        if !matches!(tokio::time::timeout(ANSWER_WAIT, unlock).await, Ok(Ok(_))) {
+            self.conn = None;
+        }
+    }
+
+    async fn open(&self) -> Option<PgConnection> {
+        let pooled = tokio::time::timeout(ANSWER_WAIT, self.pool.acquire())
+            .await
+            .ok()?
+            .ok()?;
+        let mut conn = pooled.detach();
+        let set = sqlx::query(LOCK_WAIT).execute(&mut conn);
+        matches!(tokio::time::timeout(ANSWER_WAIT, set).await, Ok(Ok(_))).then_some(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::Turns;
+    use crate::store::postgres::test_support::fresh_store;
+
+    /// Two replicas' queues of one kind take turns; another kind does not
+    /// wait for them; a turn held too long is waited for only briefly.
+    #[tokio::test]
+    async fn replicas_take_turns_and_never_wait_long() {
+        let Some((_url, store)) = fresh_store().await else {
+            return;
+        };
+        let pool = store.pool.clone();
+        let (mut a, mut b) = (Turns::new(pool.clone(), 1), Turns::new(pool.clone(), 1));
+        let mut other = Turns::new(pool, 2);
+        assert!(a.take().await, "a free turn is taken");
+        assert!(other.take().await, "another queue's turn is its own");
+        let started = Instant::now();
+        assert!(!b.take().await, "a turn held elsewhere is not taken");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the wait is bounded"
+        );
+        a.give_back().await;
+        assert!(b.take().await, "a turn given back is taken");
+        b.give_back().await;
+        other.give_back().await;
+        // A turn connection that is gone is opened again.
+        a.conn = None;
+        assert!(a.take().await);
+        a.give_back().await;
+    }
+}
