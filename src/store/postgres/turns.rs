@@ -5,7 +5,10 @@
 //! with several replicas the database still gets few, large statements and
 //! commits instead of many small ones (docs/scaling.md). A turn is waited
 //! for at most [`LOCK_WAIT`]; then the group runs without it, as it would
-//! with no other replica.
+//! with no other replica. A replica alone on its database takes no turns
+//! (they would cost two statements a group): each turn connection holds a
+//! shared lock that says it is there, and the others are counted once a
+//! second.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,13 @@ const LOCK_WAIT: &str = "SET lock_timeout = '20ms'";
 /// up (a database that went away).
 const ANSWER_WAIT: Duration = Duration::from_millis(500);
 
+/// How often a replica counts the others of its queue.
+const COUNT_EVERY: Duration = Duration::from_secs(1);
+
+/// The second key of the shared lock that says a queue's turn connection
+/// is there: this plus the queue's key.
+const PRESENT: i32 = 100;
+
 /// A turn connection is opened afresh this often, so that it follows the
 /// pool to a new primary after a failover.
 const RECYCLE: Duration = Duration::from_secs(30);
@@ -31,6 +41,9 @@ pub(super) struct Turns {
     pool: PgPool,
     key: i32,
     conn: Option<(PgConnection, Instant)>,
+    /// Whether another replica's queue of this kind was there, and when
+    /// that was counted.
+    others: Option<(bool, Instant)>,
 }
 
 impl Turns {
@@ -39,6 +52,7 @@ impl Turns {
             pool,
             key,
             conn: None,
+            others: None,
         }
     }
 
@@ -54,6 +68,9 @@ impl Turns {
         }
         if self.conn.is_none() {
             self.conn = self.open().await.map(|c| (c, Instant::now()));
+        }
+        if !self.others_there().await {
+            return false;
         }
         let Some((conn, _)) = self.conn.as_mut() else {
             return false;
@@ -87,6 +104,37 @@ impl Turns {
         }
     }
 
+    /// Whether another replica's queue of this kind is there (counted at
+    /// most once a [`COUNT_EVERY`]).
+    async fn others_there(&mut self) -> bool {
+        if let Some((others, at)) = self.others
+            && at.elapsed() < COUNT_EVERY
+        {
+            return others;
+        }
+        let Some((conn, _)) = self.conn.as_mut() else {
+            return false;
+        };
+        let count = sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND classid = $1 AND objid = $2 AND objsubid = 2",
+        )
+        .bind(CLASS)
+        .bind(PRESENT + self.key)
+        .fetch_one(conn);
+        match tokio::time::timeout(ANSWER_WAIT, count).await {
+            Ok(Ok(n)) => {
+                self.others = Some((n > 1, Instant::now()));
+                n > 1
+            }
+            _ => {
+                self.conn = None;
+                false
+            }
+        }
+    }
+
     async fn open(&self) -> Option<PgConnection> {
         let pooled = tokio::time::timeout(ANSWER_WAIT, self.pool.acquire())
             .await
@@ -94,7 +142,14 @@ impl Turns {
             .ok()?;
         let mut conn = pooled.detach();
         let set = sqlx::query(LOCK_WAIT).execute(&mut conn);
-        matches!(tokio::time::timeout(ANSWER_WAIT, set).await, Ok(Ok(_))).then_some(conn)
+        if !matches!(tokio::time::timeout(ANSWER_WAIT, set).await, Ok(Ok(_))) {
+            return None;
+        }
+        let present = sqlx::query("SELECT pg_advisory_lock_shared($1, $2)")
+            .bind(CLASS)
+            .bind(PRESENT + self.key)
+            .execute(&mut conn);
+        matches!(tokio::time::timeout(ANSWER_WAIT, present).await, Ok(Ok(_))).then_some(conn)
     }
 }
 
@@ -106,30 +161,50 @@ mod tests {
     use crate::store::postgres::test_support::fresh_store;
 
     /// Two replicas' queues of one kind take turns; another kind does not
-    /// wait for them; a turn held too long is waited for only briefly.
+    /// wait for them; a turn held too long is waited for only briefly; a
+    /// replica alone takes none.
     #[tokio::test]
     async fn replicas_take_turns_and_never_wait_long() {
         let Some((_url, store)) = fresh_store().await else {
             return;
         };
         let pool = store.pool.clone();
-        let (mut a, mut b) = (Turns::new(pool.clone(), 1), Turns::new(pool.clone(), 1));
-        let mut other = Turns::new(pool, 2);
-        assert!(a.take().await, "a free turn is taken");
-        assert!(other.take().await, "another queue's turn is its own");
+        // The store's own queues are there too: keys of their own here.
+        let mut a = Turns::new(pool.clone(), 11);
+        assert!(!a.take().await, "alone, no turn is taken");
+        let mut b = Turns::new(pool.clone(), 11);
+        assert!(b.take().await, "with another there, a turn is taken");
+        assert!(!a.take().await, "a counted itself alone within the second");
+        a.others = None;
         let started = Instant::now();
-        assert!(!b.take().await, "a turn held elsewhere is not taken");
+        assert!(!a.take().await, "a turn held elsewhere is not taken");
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "the wait is bounded"
         );
-        a.give_back().await;
-        assert!(b.take().await, "a turn given back is taken");
         b.give_back().await;
-        other.give_back().await;
+        assert!(a.take().await, "a turn given back is taken");
+        let mut other = Turns::new(pool.clone(), 12);
+        assert!(!other.take().await);
+        let mut third = Turns::new(pool, 12);
+        assert!(third.take().await, "another queue's turn is its own");
+        third.give_back().await;
+        a.give_back().await;
         // A turn connection that is gone is opened again.
         a.conn = None;
+        a.others = None;
         assert!(a.take().await);
         a.give_back().await;
+        drop(b);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            a.others = None;
+            if !a.take().await {
+                break;
+            }
+            a.give_back().await;
+            assert!(Instant::now() < deadline, "alone again once the other left");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
