@@ -4,7 +4,7 @@
     bash clients/ci-setup.sh run, then:
     clients/python/.venv/bin/python bench/sdk/run.py [--backend sqlite|postgres]
         [--receipts 50000] [--rounds 3] [--concurrency 8] [--processes 1]
-        [--langs python,node,java] [--no-bench]
+        [--langs python,node,java] [--no-bench] [--replicas 1]
     (SETTLED_RELEASE_DIR: where the release binaries are, if not target/release; Java needs
     bash clients/java/build.sh first.)
 
@@ -14,7 +14,9 @@ SDK workers of each language (no-op handler) at --concurrency and 8 x --concurre
 receipts in flight as the bench's two shapes) on a server started here with the receipts
 enqueued first. An SDK run's time is from starting the worker processes to /v1/status
 counting every receipt settled (process start-up included). Prints each figure and the
-medians, as receipts settled per second.
+medians, as receipts settled per second. With --replicas N (PostgreSQL) N servers share the one
+database: the bench spreads its workers over them (settled-bench --replicas), and worker process
+i talks to server i mod N.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(os.environ.get("SETTLED_RELEASE_DIR", ROOT / "target" / "release"))
 
 
-def bench_http(backend: str, receipts: int, batch: int, pg: str) -> float:
+def bench_http(backend: str, receipts: int, batch: int, pg: str, replicas: int) -> float:
     out = subprocess.run(
         [str(RELEASE / "settled-bench"), "--spawn", backend, "--postgres-url", pg, "--receipts", str(receipts),
-         "--workers", "8", "--batch", str(batch), "--mix", "accepted=100", "--no-inprocess", "--json"],
+         "--workers", "8", "--batch", str(batch), "--mix", "accepted=100", "--no-inprocess", "--json",
+         "--replicas", str(replicas)],
         capture_output=True, text=True, check=True,
     )
     return float(json.loads(out.stdout)["settled_per_sec"])
@@ -54,30 +57,34 @@ def database(backend: str, tmp: Path, pg: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(urllib.parse.urlsplit(pg)._replace(path="/" + name)), name
 
 
-def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int, pg: str) -> float:
+def start_server(url: str) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [str(RELEASE / "settled"), "--listen", "127.0.0.1:0", "--database-url", url, "--log-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("SETTLED_")},
+             "RUST_LOG": "warn,settled::server=info"},
+    )
+    assert server.stdout is not None
+    for line in server.stdout:
+        address = json.loads(line).get("fields", {}).get("address")
+        if address:
+            return server, f"http://{address}"
+    raise RuntimeError("settled did not say where it listens")
+
+
+def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int, pg: str,
+        replicas: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         url, dbname = database(backend, Path(tmp), pg)
-        server = subprocess.Popen(
-            [str(RELEASE / "settled"), "--listen", "127.0.0.1:0", "--database-url", url, "--log-format", "json"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("SETTLED_")},
-                 "RUST_LOG": "warn,settled::server=info"},
-        )
-        assert server.stdout is not None
-        base = None
-        for line in server.stdout:
-            address = json.loads(line).get("fields", {}).get("address")
-            if address:
-                base = f"http://{address}"
-                break
-        assert base
-        http = httpx.Client(base_url=base, timeout=60)
+        servers = [start_server(url) for _ in range(replicas)]
+        bases = [base for _, base in servers]
+        http = httpx.Client(base_url=bases[0], timeout=60)
         for start in range(0, receipts, 1024):
             body = {"receipts": [{"receipt_id": f"b-{i}", "finalized_at": 1, "observation": {"amount_cents": 1}}
                                  for i in range(start, min(receipts, start + 1024))]}
             assert http.post("/v1/receipts/batch", json=body).status_code == 200
         started = time.monotonic()
-        workers = [subprocess.Popen(worker_command(lang, base, f"{lang}-{i}", concurrency),
+        workers = [subprocess.Popen(worker_command(lang, bases[i % replicas], f"{lang}-{i}", concurrency),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                    for i in range(processes)]
         while http.get("/v1/status").json()["counts"]["settled"] < receipts:
@@ -85,8 +92,9 @@ def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int
         took = time.monotonic() - started
         for w in workers:
             assert w.wait(60) == 0
-        server.terminate()
-        server.wait()
+        for server, _ in servers:
+            server.terminate()
+            server.wait()
         http.close()
         if dbname:
             subprocess.run(["psql", pg, "-qc", f"DROP DATABASE {dbname} WITH (FORCE)"], check=True)
@@ -115,12 +123,15 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=1)
     p.add_argument("--langs", default="python,node,java", help="SDKs to run, of python, node, java")
     p.add_argument("--no-bench", action="store_true", help="skip settled-bench's own HTTP workers")
+    p.add_argument("--replicas", type=int, default=1, help="servers on the one PostgreSQL database")
     p.add_argument("--postgres-url", default=os.environ.get(
         "SETTLED_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     a = p.parse_args()
+    if a.replicas > 1 and a.backend != "postgres":
+        p.error("--replicas needs --backend postgres")
     runs = {} if a.no_bench else {
-        "settled-bench 8 workers x batch 1": lambda: bench_http(a.backend, a.receipts, 1, a.postgres_url),
-        "settled-bench 8 workers x batch 8": lambda: bench_http(a.backend, a.receipts, 8, a.postgres_url),
+        "settled-bench 8 workers x batch 1": lambda: bench_http(a.backend, a.receipts, 1, a.postgres_url, a.replicas),
+        "settled-bench 8 workers x batch 8": lambda: bench_http(a.backend, a.receipts, 8, a.postgres_url, a.replicas),
     }
     labels = {"python": "python", "node": "typescript", "java": "java"}
     # The SDK at the bench's two shapes: as many receipts in flight as 8 x 1, and as 8 x 8.
@@ -128,7 +139,7 @@ def main() -> None:
         for lang in a.langs.split(","):
             label = labels[lang]
             runs[f"{label} SDK {a.processes} x concurrency {concurrency}"] = (
-                lambda lang=lang, c=concurrency: sdk(lang, a.backend, a.receipts, c, a.processes, a.postgres_url)
+                lambda lang=lang, c=concurrency: sdk(lang, a.backend, a.receipts, c, a.processes, a.postgres_url, a.replicas)
             )
     figures: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(a.rounds):
@@ -136,7 +147,7 @@ def main() -> None:
         for name in order:
             figures[name].append(runs[name]())
             print(f"round {round_ + 1}: {name}: {figures[name][-1]:.0f} receipts/s", flush=True)
-    print(f"\n{a.backend}, {a.receipts} receipts, medians of {a.rounds}:")
+    print(f"\n{a.backend} ({a.replicas} replicas), {a.receipts} receipts, medians of {a.rounds}:")
     for name, values in figures.items():
         print(f"  {name}: {statistics.median(values):.0f} receipts/s  ({', '.join(f'{v:.0f}' for v in values)})")
 
