@@ -67,14 +67,21 @@ async fn the_outcomes_are_recorded_then_the_claim_is_made(fresh: Fresh) {
 
 async fn a_replayed_request_records_nothing_twice(fresh: Fresh) {
     let s = spawn(fresh).await;
-    for id in ["a", "b"] {
+    for id in ["a", "b", "c"] {
         s.enqueue(id).await;
     }
-    let first = s.claim("w", 1).await;
-    let items = [item(&first[0], accepted("tx-a"))];
+    let first = s.claim("w", 2).await;
+    let items = [
+        item(&first[0], accepted("tx-a")),
+        item(&first[1], retryable()),
+    ];
     let once = claim_with(&s, 1, &items).await;
     assert_eq!(once.ok(200)["results"][0]["route"]["kind"], "no_action");
-    assert_eq!(once.ok(200)["claims"][0]["receipt_id"], "b");
+    assert_eq!(
+        once.ok(200)["results"][1]["route"]["kind"],
+        "retry_scheduled"
+    );
+    assert_eq!(once.ok(200)["claims"][0]["receipt_id"], "c");
     // The answer was lost: the worker sends the same request again.
     let again = claim_with(&s, 1, &items).await;
     let body = again.ok(200);

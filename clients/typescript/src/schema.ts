@@ -89,9 +89,10 @@ export interface paths {
          *     422 that records nothing. A claim that fails once the outcomes are
          *     recorded answers 200 with `results` and `claim_error`. A request sent
          *     again after its answer was lost records nothing twice: each outcome
-         *     already recorded is refused on its own (409 `receipt_finished` or
-         *     `lease_conflict`, or the same `dead_lettered` route) and
-         *     `GET /v1/receipts/{id}` shows what was recorded.
+         *     already recorded is refused on its own (409 `receipt_finished`,
+         *     `receipt_not_leased` for a retry already scheduled, or `lease_conflict`
+         *     once the receipt was claimed again; the same `dead_lettered` route for a
+         *     dead letter) and `GET /v1/receipts/{id}` shows what was recorded.
          *
          *     Token roles allowed: `worker`, `operator`.
          */
