@@ -154,18 +154,10 @@ impl<J: Mergeable> Batcher<J> {
     }
 }
 
-/// Take the next request (waiting for it when `wait`, else `None` when
-/// none is queued) and every request already queued behind it, up to
-/// [`GROUP_ITEMS`].
-async fn next_group<J: Mergeable>(waiting: &Waiting<J>, wait: bool) -> Option<Vec<Request<J>>> {
-    let first = {
-        let mut requests = waiting.requests.lock().await;
-        if wait {
-            requests.recv().await?
-        } else {
-            requests.try_recv().ok()?
-        }
-    };
+/// Take the next request queued (`None` when none is) and every request
+/// already queued behind it, up to [`GROUP_ITEMS`].
+async fn next_group<J: Mergeable>(waiting: &Waiting<J>) -> Option<Vec<Request<J>>> {
+    let first = waiting.requests.lock().await.try_recv().ok()?;
     Some(gather(waiting, first).await)
 }
 
@@ -233,7 +225,7 @@ async fn serve_crowded<J: Mergeable>(
             told.await;
             continue;
         }
-        if let Some(group) = next_group(&waiting, false).await {
+        if let Some(group) = next_group(&waiting).await {
             run_group(&pool, group, bound, &notify).await;
         }
     }

@@ -98,13 +98,14 @@ pub(super) async fn groups_for_claim(
             .bind(&names)
             .fetch_all(&mut **tx)
             .await?;
-        let groups = stored
+        let mut groups = stored
             .into_iter()
             .map(StoredGroup::row)
             .collect::<StoreResult<Vec<_>>>()?;
+        // Read by name; the walk gives its groups in turn order already.
+        in_turn(&mut groups, after);
         (groups, true)
     };
-    in_turn(&mut groups, after);
     let limited: Vec<&str> = groups
         .iter()
         .filter(|g| !g.limits.paused && (g.limits.max_leased.is_some() || g.limits.rate.is_some()))

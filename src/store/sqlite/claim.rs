@@ -10,7 +10,7 @@ use rusqlite::Connection;
 use super::groups::{admit_one, live_leased, read_groups, spend};
 use super::lookup::{json, receipt_row, row, rows_by_id};
 use crate::domain::{Candidate, ClaimLimit, Claimed, GroupName, ReceiptId, StoreError, WorkerId};
-use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, in_turn, turn_after};
+use crate::store::fair::{DueClaims, FairClaim, Turn, claim_order, turn_after};
 use crate::store::rows::{ReceiptRow, receipt_columns};
 use crate::store::rules::{
     claimable_sql, lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql,
@@ -169,8 +169,7 @@ fn share_out(
     wanted: u64,
     bound: Option<u64>,
 ) -> StoreResult<(FairClaim, HashMap<String, ReceiptRow>, bool)> {
-    let (mut groups, complete) = read_groups(conn, only, now, after, bound)?;
-    in_turn(&mut groups, after);
+    let (groups, complete) = read_groups(conn, only, now, after, bound)?;
     let live = live_leased(conn, &groups, now)?;
     let mut fair = FairClaim::new(groups, &live, now, wanted);
     let mut rows: HashMap<String, ReceiptRow> = HashMap::new();

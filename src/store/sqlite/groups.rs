@@ -9,7 +9,7 @@ use sqlx::SqlitePool;
 use super::super::group_list::{self, GroupListRow};
 use super::lookup::json;
 use crate::domain::{GroupLimits, GroupName};
-use crate::store::fair::{FairClaim, GroupRow, limits};
+use crate::store::fair::{FairClaim, GroupRow, in_turn, limits};
 use crate::store::rules::{claim_groups_sql, lapsed_sql, next_group_sql, unleased_sql};
 use crate::store::walk::walked_groups;
 use crate::store::{GroupQuery, GroupView, StoreResult};
@@ -73,10 +73,14 @@ pub fn read_groups(
     }
     let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
     let mut stmt = conn.prepare_cached(NAMED_GROUPS)?;
-    let rows = stmt
+    let mut groups = stmt
         .query_map([json(&names)?], group_row)?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((rows.into_iter().collect::<StoreResult<Vec<_>>>()?, true))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .collect::<StoreResult<Vec<_>>>()?;
+    // Read by name; the walk gives its groups in turn order already.
+    in_turn(&mut groups, after);
+    Ok((groups, true))
 }
 
 /// Live leases per group, for the groups with a `max_leased`: read from

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use settled::domain::RetryPolicy;
 use settled::http::wire::ReceiptIn;
 
-use super::common::{Ids, Ledger, Res, err, progress};
+use super::common::{Ids, Ledger, Res, err, join_all, progress};
 
 /// A client of one server.
 #[derive(Clone)]
@@ -209,17 +209,9 @@ impl Api {
                 }
             });
         }
-        let mut first = Ok(());
-        while let Some(joined) = tasks.join_next().await {
-            let result = joined
-                .map_err(|e| err(format!("producer failed: {e}")))
-                .and_then(|r| r);
-            if first.is_ok() {
-                first = result;
-            }
-        }
+        let joined = join_all(&mut tasks, "producer").await;
         ticker.abort();
-        first?;
+        joined?;
         Ok(refused.load(Ordering::Relaxed))
     }
 

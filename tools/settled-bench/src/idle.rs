@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::common::{Ids, Res, err, progress};
+use crate::common::{Ids, Res, err, join_all, progress};
 use crate::http::Api;
 
 /// Most ids one `POST /v1/bulk/cancel` names.
@@ -58,15 +58,7 @@ pub async fn name_and_drain(api: &Api, run: &str, n: usize, producers: usize) ->
             }
         });
     }
-    let mut first = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined
-            .map_err(|e| err(format!("canceller failed: {e}")))
-            .and_then(|r| r);
-        if first.is_ok() {
-            first = result;
-        }
-    }
+    let joined = join_all(&mut tasks, "canceller").await;
     ticker.abort();
-    first
+    joined
 }

@@ -9,7 +9,7 @@ use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::sqlite::SqliteStore;
 use settled::store::{Enqueued, NewReceipt, ReceiptState, SharedStore};
 
-use super::common::{Ids, Ledger, Res, err, now_ms, progress};
+use super::common::{Ids, Ledger, Res, err, join_all, now_ms, progress};
 
 /// The store's clock: the system's, as the server reads it.
 fn now() -> UnixMs {
@@ -78,23 +78,10 @@ pub async fn enqueue(
             }
         });
     }
-    let joined = join_all(&mut tasks).await;
+    let joined = join_all(&mut tasks, "task").await;
     ticker.abort();
     joined?;
     Ok(refused.load(Ordering::Relaxed))
-}
-
-async fn join_all(tasks: &mut tokio::task::JoinSet<Res<()>>) -> Res<()> {
-    let mut first = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined
-            .map_err(|e| err(format!("task failed: {e}")))
-            .and_then(|r| r);
-        if first.is_ok() {
-            first = result;
-        }
-    }
-    first
 }
 
 /// What the in-process run measured.
@@ -161,7 +148,7 @@ pub async fn run(store: SharedStore, w: &Workload, policy: RetryPolicy) -> Res<I
         let (store, ids, ledger, w) = (store.clone(), ids.clone(), ledger.clone(), w.clone());
         tasks.spawn(async move { worker(store, ids, ledger, w, n, policy, started).await });
     }
-    let joined = join_all(&mut tasks).await;
+    let joined = join_all(&mut tasks, "task").await;
     let elapsed = started.elapsed().as_secs_f64();
     ticker.abort();
     joined?;

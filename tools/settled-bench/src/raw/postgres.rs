@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use super::{Cycle, Done, END_COUNTS, EndCounts, Leased, Phase, RawResult, result, tokens};
-use crate::common::{BenchError, Ids, Res, err, now_ms, progress};
+use crate::common::{BenchError, Ids, Res, err, join_all, now_ms, progress};
 
 /// `{obs}` is the type of `receipts.observation`, so that this works
 /// whether the schema stores the JSON as text or natively.
@@ -90,7 +90,7 @@ pub async fn run(url: &str, cycle: Cycle) -> Res<RawResult> {
         let (pool, cycle) = (pool.clone(), cycle.clone());
         tasks.spawn(async move { worker(&pool, &cycle, format!("raw-{k}")).await });
     }
-    let joined = join(&mut tasks).await;
+    let joined = join_all(&mut tasks, "raw worker").await;
     let mut measured = phase.finish(&cycle);
     measured.db_cpu_s = match db_cpu {
         Some(d) => d.finish().await,
@@ -101,19 +101,6 @@ pub async fn run(url: &str, cycle: Cycle) -> Res<RawResult> {
     let end: EndCounts = sqlx::query_as(END_COUNTS).fetch_one(&pool).await?;
     pool.close().await;
     Ok(result(&cycle, enqueued_per_sec, measured, &end))
-}
-
-async fn join(tasks: &mut tokio::task::JoinSet<Res<()>>) -> Res<()> {
-    let mut first = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined
-            .map_err(|e| err(format!("raw worker failed: {e}")))
-            .and_then(|r| r);
-        if first.is_ok() {
-            first = result;
-        }
-    }
-    first
 }
 
 /// Insert every receipt in statements of `--enqueue-batch` rows, `--producers`
@@ -162,7 +149,7 @@ async fn enqueue(pool: &PgPool, cycle: &Arc<Cycle>) -> Res<f64> {
             }
         });
     }
-    join(&mut tasks).await?;
+    join_all(&mut tasks, "raw worker").await?;
     Ok(cycle.w.receipts as f64 / started.elapsed().as_secs_f64())
 }
 
