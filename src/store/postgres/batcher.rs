@@ -225,8 +225,12 @@ async fn serve_crowded<J: Mergeable>(
             told.await;
             continue;
         }
-        if let Some(group) = next_group(&waiting).await {
-            run_group(&pool, group, bound, &notify).await;
+        match next_group(&waiting).await {
+            Some(group) => run_group(&pool, group, bound, &notify).await,
+            // Counted and not queued: held by the first task while it waits
+            // for its turn, or about to be sent. Looking again at once would
+            // spin a core for as long; the next send that crowds tells.
+            None => told.await,
         }
     }
 }

@@ -146,3 +146,49 @@ async fn dropping_the_queue_ends_its_runners() {
     drop(batcher);
     until(|| Arc::strong_count(&waiting) == 1).await;
 }
+
+/// Items counted but not in the queue (the first task holds a large request
+/// while it waits for its turn across replicas) leave the other runners
+/// asleep: looking again and again for them spun a core for the whole wait.
+#[tokio::test]
+async fn a_counted_request_the_first_task_holds_costs_no_cpu() {
+    let (batcher, log) = (start(2), Arc::new(Log::default()));
+    // The first task busy (it does not wait on the queue meanwhile).
+    let gate = Arc::new(Semaphore::new(0));
+    let first = tokio::spawn({
+        let b = batcher.clone();
+        let j = job(&log, 1, Some(&gate));
+        async move { b.run(j).await }
+    });
+    until(|| log.running.load(Ordering::SeqCst) == 1).await;
+    batcher
+        .waiting
+        .items
+        .fetch_add(SPLIT_ITEMS, Ordering::SeqCst);
+    batcher.waiting.crowded.notify_one();
+    // This runtime runs on this thread alone: its CPU is the runners'.
+    let before = thread_cpu_ticks();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spent = thread_cpu_ticks() - before;
+    assert!(
+        spent < 5,
+        "{spent} ticks of CPU (1/100 s) over 300 ms asleep"
+    );
+    batcher
+        .waiting
+        .items
+        .fetch_sub(SPLIT_ITEMS, Ordering::SeqCst);
+    gate.add_permits(1);
+    first.await.expect("task").expect("answered");
+}
+
+/// User and system CPU of this thread so far, in clock ticks.
+fn thread_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("thread stat");
+    // The fields after the command name (which may hold spaces): utime and
+    // stime are the 12th and 13th.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
+        .split(' ')
+        .collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
