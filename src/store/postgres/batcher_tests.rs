@@ -78,18 +78,29 @@ async fn until(ready: impl Fn() -> bool) {
     }
 }
 
+type Answered = tokio::task::JoinHandle<StoreResult<()>>;
+
+/// A one-item request whose group runs until `gate` opens, once it runs.
+async fn first_group_held(
+    batcher: &Arc<Batcher<Fake>>,
+    log: &Arc<Log>,
+) -> (Arc<Semaphore>, Answered) {
+    let gate = Arc::new(Semaphore::new(0));
+    let first = tokio::spawn({
+        let b = batcher.clone();
+        let j = job(log, 1, Some(&gate));
+        async move { b.run(j).await }
+    });
+    until(|| log.running.load(Ordering::SeqCst) == 1).await;
+    (gate, first)
+}
+
 /// Small requests that queue behind a running group wait for it and
 /// then run together as one group: the second runner stays idle.
 #[tokio::test]
 async fn small_requests_queue_and_merge_behind_one_group() {
     let (batcher, log) = (start(2), Arc::new(Log::default()));
-    let gate = Arc::new(Semaphore::new(0));
-    let first = tokio::spawn({
-        let b = batcher.clone();
-        let j = job(&log, 1, Some(&gate));
-        async move { b.run(j).await }
-    });
-    until(|| log.running.load(Ordering::SeqCst) == 1).await;
+    let (gate, first) = first_group_held(&batcher, &log).await;
     let rest: Vec<_> = (0..10)
         .map(|_| {
             let (b, j) = (batcher.clone(), job(&log, 1, None));
@@ -117,13 +128,7 @@ async fn small_requests_queue_and_merge_behind_one_group() {
 #[tokio::test]
 async fn a_large_backlog_runs_beside_the_first_group() {
     let (batcher, log) = (start(2), Arc::new(Log::default()));
-    let gate = Arc::new(Semaphore::new(0));
-    let first = tokio::spawn({
-        let b = batcher.clone();
-        let j = job(&log, 1, Some(&gate));
-        async move { b.run(j).await }
-    });
-    until(|| log.running.load(Ordering::SeqCst) == 1).await;
+    let (gate, first) = first_group_held(&batcher, &log).await;
     let backlog = batcher.run(job(&log, SPLIT_ITEMS, None));
     tokio::time::timeout(Duration::from_secs(30), backlog)
         .await
@@ -154,13 +159,7 @@ async fn dropping_the_queue_ends_its_runners() {
 async fn a_counted_request_the_first_task_holds_costs_no_cpu() {
     let (batcher, log) = (start(2), Arc::new(Log::default()));
     // The first task busy (it does not wait on the queue meanwhile).
-    let gate = Arc::new(Semaphore::new(0));
-    let first = tokio::spawn({
-        let b = batcher.clone();
-        let j = job(&log, 1, Some(&gate));
-        async move { b.run(j).await }
-    });
-    until(|| log.running.load(Ordering::SeqCst) == 1).await;
+    let (gate, first) = first_group_held(&batcher, &log).await;
     batcher
         .waiting
         .items
