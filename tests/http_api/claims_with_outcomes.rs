@@ -161,6 +161,12 @@ async fn a_claim_that_fails_after_the_outcomes_says_so_and_keeps_them(fresh: Fre
         )
         .await;
     none.assert_problem(500, "invalid_record", "invalid_record");
+    // The three failed claims are counted, those answered as `claim_error` too.
+    let metrics = crate::metrics::parse(&s.get_text("/metrics").await);
+    assert_eq!(
+        metrics[r#"settled_claim_requests_total{result="failed"}"#],
+        3.0
+    );
     s.stop().await;
 }
 

@@ -102,6 +102,7 @@ impl Metrics {
             ClaimResult::Empty => "empty",
             ClaimResult::LookAgain => "look_again",
             ClaimResult::Refused => "refused",
+            ClaimResult::Failed => "failed",
         };
         self.claim_requests
             .get_or_create(&ClaimResultLabels { result })
@@ -251,6 +252,10 @@ pub enum ClaimResult {
     Empty,
     LookAgain,
     Refused,
+    /// The claim itself failed (the database's error), whether the request
+    /// answered it as its status or, after recording its outcomes, as
+    /// `claim_error`.
+    Failed,
 }
 
 /// Prometheus text exposition (OpenMetrics).

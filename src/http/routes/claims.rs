@@ -152,6 +152,9 @@ async fn claim_batch(
         None => None,
     };
     let claimed = claim_waiting(&app, &worker, lease, limit, &only, wait_ms).await;
+    if claimed.is_err() {
+        app.metrics.claim_request(ClaimResult::Failed);
+    }
     let (due, claim_error) = match claimed {
         Ok(due) => (due, None),
         Err(e) if results.is_some() => {

@@ -39,7 +39,8 @@ impl Default for Metrics {
         registry.register(
             "claim_requests",
             "Claim calls by result: leased (one receipt or more), empty, look_again \
-             (empty while a group's rate limit held due work back), refused (a claim by id)",
+             (empty while a group's rate limit held due work back), refused (a claim by id), \
+             failed (the claim met an error)",
             claim_requests.clone(),
         );
         let time_in_queue = Family::<GroupLabels, Histogram>::new_with_constructor(wait_histogram);
