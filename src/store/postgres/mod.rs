@@ -355,6 +355,8 @@ impl SettlementOutcomeStore for PostgresStore {
 #[cfg(test)]
 mod act_tests;
 #[cfg(test)]
+mod collation_tests;
+#[cfg(test)]
 mod open_tests;
 #[cfg(test)]
 mod plan_tests;
