@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::claim_batch::ClaimJob;
-use super::groups::{admit_one, groups_for_claim, spend};
+use super::groups::{Covered, admit_one, groups_for_claim, retake, spend};
 use super::{PostgresStore, Tx, begin_claim, finish, row_for_update};
 use crate::domain::{
     Candidate, ClaimLimit, Claimed, GroupName, LeaseMs, ReceiptId, StoreError, UnixMs, WorkerId,
@@ -252,9 +252,10 @@ pub(super) async fn lease_due(
 ) -> StoreResult<DueClaims<Claimed>> {
     let (after, wanted) = (turn_after(turn), slots.len() as u64);
     let bound = Some(walk_bound(wanted));
-    let (mut fair, complete) = groups_for_claim(tx, only, &after, now, wanted, bound).await?;
+    let (mut fair, covered) = groups_for_claim(tx, only, &after, now, wanted, bound).await?;
     let mut quotas = share_out(tx, &mut fair, now).await?;
-    if !complete && !walked_enough(&quotas, wanted) {
+    if covered != Covered::All && !walked_enough(&quotas, wanted) {
+        retake(tx, covered).await?;
         (fair, _) = groups_for_claim(tx, only, &after, now, wanted, None).await?;
         quotas = share_out(tx, &mut fair, now).await?;
     }

@@ -67,10 +67,37 @@ impl StoredGroup {
     }
 }
 
+/// What a claim's read of its groups covered.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Covered {
+    /// Every group the claim may take from.
+    All,
+    /// The groups of a walk that stopped at its bound. `saved`: the limited
+    /// ones among them were locked after [`BOUNDED_WALK`], which a claim
+    /// that goes on to walk every group rolls back to first ([`retake`]).
+    Walked { saved: bool },
+}
+
+/// The savepoint before a bounded walk's locks. A walk of every group
+/// locks its limited groups in one statement, in name order; had the
+/// bounded walk's locks (a window in turn order, which differs between
+/// replicas) been kept, two claims could each hold a group the other then
+/// waits for: a deadlock, one of them failed.
+const BOUNDED_WALK: &str = "SAVEPOINT bounded_walk";
+
+/// Give up the locks of a bounded walk before a walk of every group.
+pub(super) async fn retake(tx: &mut Tx, covered: Covered) -> StoreResult<()> {
+    if covered == (Covered::Walked { saved: true }) {
+        sqlx::query("ROLLBACK TO SAVEPOINT bounded_walk")
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 /// The groups a claim may take from, the limited ones locked, and their
 /// live leases; with no groups named, those of a walk of at most `bound`
-/// groups with work (`None`: every one). The second value says whether
-/// these are all the groups the claim may take from.
+/// groups with work (`None`: every one), and what they cover.
 pub(super) async fn groups_for_claim(
     tx: &mut Tx,
     only: &[GroupName],
@@ -78,7 +105,7 @@ pub(super) async fn groups_for_claim(
     now: i64,
     wanted: u64,
     bound: Option<u64>,
-) -> StoreResult<(FairClaim, bool)> {
+) -> StoreResult<(FairClaim, Covered)> {
     let names: Vec<&str> = only.iter().map(GroupName::as_str).collect();
     let (mut groups, complete) = if names.is_empty() {
         let bound = bound.unwrap_or(u64::MAX);
@@ -112,7 +139,17 @@ pub(super) async fn groups_for_claim(
         .map(|g| g.name.as_str())
         .collect();
     let mut live = HashMap::new();
+    let covered = if complete {
+        Covered::All
+    } else {
+        Covered::Walked {
+            saved: !limited.is_empty(),
+        }
+    };
     if !limited.is_empty() {
+        if !complete {
+            sqlx::query(BOUNDED_WALK).execute(&mut **tx).await?;
+        }
         let locked: Vec<StoredGroup> = sqlx::query_as(LOCK_GROUPS)
             .bind(&limited)
             .fetch_all(&mut **tx)
@@ -138,7 +175,7 @@ pub(super) async fn groups_for_claim(
             }
         }
     }
-    Ok((FairClaim::new(groups, &live, now, wanted), complete))
+    Ok((FairClaim::new(groups, &live, now, wanted), covered))
 }
 
 /// Whether group `name`'s limits let a claim by id take one receipt now

@@ -362,3 +362,5 @@ mod open_tests;
 mod plan_tests;
 #[cfg(test)]
 mod test_support;
+#[cfg(test)]
+mod walk_lock_tests;
