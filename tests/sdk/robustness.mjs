@@ -693,6 +693,90 @@ check("outcomes ride along with claims", async () => {
   }
 });
 
+check("a slow onError after a refusal is reported", async () => {
+  // A refused outcome whose onError takes its time while other jobs finish and claims go out:
+  // onError's outcome is what is reported, once; the refused one is not sent again meanwhile
+  // (refused twice, the lease would be released and onError's outcome lost).
+  const s = await startServer();
+  try {
+    const others = Array.from({ length: 40 }, (_, i) => `o${String(i).padStart(2, "0")}`);
+    await s.enqueue("long");
+    await s.enqueueMany(others);
+    let runs = 0;
+    const w = watched(s.base, {
+      workerId: "slowerror",
+      concurrency: 4,
+      handler: async (job) => {
+        if (job.receiptId === "long") {
+          runs++;
+          return "t".repeat(600);
+        }
+        await sleep(50);
+        return `tx-${job.receiptId}`;
+      },
+      onError: async () => {
+        await sleep(1_000);
+        return { kind: "permanent", code: "verification", detail: "refused by the server" };
+      },
+    });
+    const view = await waitFor("long dead-lettered", async () => {
+      const v = await s.receipt("long");
+      return v.state === "dead_lettered" ? v : undefined;
+    });
+    await waitFor("the others settled", () => w.worker.stats.settled === others.length);
+    assert.equal(runs, 1);
+    assert.equal(view.attempts, 1, JSON.stringify(view));
+    assert.equal(failureCode(view), "verification", JSON.stringify(view));
+    const refusals = w.events.filter((e) => e.event === "outcome_refused");
+    assert.equal(refusals.length, 1, JSON.stringify(refusals));
+    assert.equal(w.worker.stats.leasesLost, 0);
+    const t = await w.stop();
+    assert.deepEqual(await s.leased(), []);
+    assert.equal(w.error(), undefined);
+    return `onError's outcome reported after 1 s, the refused one sent once; ${others.length} others settled; stop ${Math.round(t)} ms`;
+  } finally {
+    s.stop();
+  }
+});
+
+check("a stop waits for a claim carrying outcomes", async () => {
+  // A stop while a claim carrying outcomes waits for its answer (recorded, the answer slow): the
+  // answer is read within the shutdown timeout; cut off after the claim grace, its outcome was
+  // sent again, refused, and counted as a lease lost.
+  const s = await startServer();
+  let recorded;
+  const carriedOnce = new Promise((resolve) => (recorded = resolve));
+  const proxy = await fakeServer(async (req, body, forward, path) => {
+    if (req.method !== "POST" || path !== "/v1/claims" || !outcomeIds(body).length) return forward();
+    const out = await forward();
+    recorded();
+    await sleep(600);
+    return out;
+  }, s.base);
+  try {
+    await s.enqueue("carried");
+    const w = watched(proxy.base, {
+      workerId: "carrystop",
+      concurrency: 1,
+      batchSize: 1,
+      waitMs: 200,
+      handler: async (job) => `tx-${job.receiptId}`,
+    });
+    await within(20_000, "a claim carrying the outcome", carriedOnce);
+    const t = await w.stop();
+    assert.equal((await s.receipt("carried")).state, "settled");
+    assert.equal(w.worker.stats.settled, 1, JSON.stringify(w.worker.stats));
+    assert.equal(w.worker.stats.leasesLost, 0, JSON.stringify(w.worker.stats));
+    assert.equal(proxy.counts["/v1/outcomes"] ?? 0, 0, JSON.stringify(proxy.counts));
+    assert.deepEqual(await s.leased(), []);
+    assert.equal(w.error(), undefined);
+    return `the carrying claim's answer read ${Math.round(t)} ms after stop(); settled counted once`;
+  } finally {
+    proxy.close();
+    s.stop();
+  }
+});
+
 check("a claim that fails resends its outcomes", async () => {
   const s = await startServer();
   const plan = ["503", "record-then-html"];

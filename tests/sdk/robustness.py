@@ -428,6 +428,49 @@ class Checks:
             await api.close()
             server.stop()
 
+    async def a_slow_on_error_after_a_refusal_is_reported(self) -> None:
+        """A refused outcome whose on_error takes its time while other jobs finish and claims go
+        out: on_error's outcome is what is reported, once; the refused one is not sent again
+        meanwhile (sent again, its second refusal released the lease, and on_error's outcome
+        was lost)."""
+        server = self.server("slowerror", *FAST_POLICY)
+        api = Api(server.base)
+        runs: Counter[str] = Counter()
+
+        async def handler(job: settled.Job) -> str:
+            runs[job.receipt_id] += 1
+            if job.receipt_id == "long":
+                return "t" * 600
+            await asyncio.sleep(0.05)
+            return "tx-" + job.receipt_id
+
+        async def on_error(error: BaseException, job: settled.Job) -> settled.OutcomeIn:
+            await asyncio.sleep(1.0)
+            return {"kind": "permanent", "code": "verification", "detail": "refused by the server"}
+
+        others = [f"o{i:02d}" for i in range(40)]
+        try:
+            await api.enqueue("long")
+            for r in others:
+                await api.enqueue(r)
+            run = Run(server.base, "slowerror", handler, concurrency=4, on_error=on_error)
+            await until("dead-lettered", lambda: is_state(api, "long", "dead_lettered"), 30)
+            await until("the others settled", lambda: all_states(api, others, "settled"), 30)
+            run.alive()
+            view = await api.receipt("long")
+            assert runs["long"] == 1 and view["attempts"] == 1, f"one run: {runs['long']}, {view}"
+            assert failure_code(view) == "verification", view
+            refused = run.named("outcome_refused")
+            assert len(refused) == 1, refused
+            assert not run.named("lease_lost"), run.named("lease_lost")
+            took = await run.stop()
+            await api.no_lease_left()
+            log(f"  on_error's outcome reported after 1 s, the refused one sent once; "
+                f"{len(others)} others settled meanwhile; stopped in {took:.2f} s")
+        finally:
+            await api.close()
+            server.stop()
+
     # 2. rail_code.
 
     async def rail_code_is_kept(self) -> None:
@@ -860,6 +903,42 @@ class Checks:
             await api.close()
             server.stop()
 
+    async def a_stop_waits_for_a_claim_carrying_outcomes(self) -> None:
+        """A stop while a claim carrying outcomes waits for its answer (recorded, the answer
+        slow): the answer is read within the shutdown timeout, the outcome counted as settled;
+        cut off after the claim grace, its outcome was sent again, refused, and counted as a
+        lease lost."""
+        server = self.server("carrystop")
+        api = Api(server.base)
+        recorded = threading.Event()
+
+        def slow(method: str, path: str, body: bytes) -> Reply | None:
+            if method != "POST" or path != "/v1/claims" or b'"outcomes"' not in body:
+                return None
+            reply = proxy.forward(method, path, body, {"content-type": "application/json",
+                                                        "authorization": f"Bearer {WORKER_TOKEN}"})
+            recorded.set()
+            time.sleep(0.6)
+            return reply
+
+        proxy = Fake(slow, server.base)
+        try:
+            await api.enqueue("carried")
+            run = Run(proxy.base, "carrystop", lambda job: "tx-" + job.receipt_id, wait_ms=200,
+                      concurrency=1, batch_size=1)
+            await until("a claim carried the outcome", lambda: asyncio.to_thread(recorded.wait, 0.05), 20)
+            took = await run.stop()
+            assert await api.state("carried") == "settled", await api.receipt("carried")
+            assert run.worker.stats.settled == 1, run.worker.stats
+            assert not run.named("lease_lost"), run.named("lease_lost")
+            assert proxy.count("POST /v1/outcomes") == 0, proxy.requests
+            await api.no_lease_left()
+            log(f"  the carrying claim's answer read {took:.2f} s after stop(); settled counted once")
+        finally:
+            await api.close()
+            proxy.close()
+            server.stop()
+
     async def a_failed_claim_resends_its_outcomes(self) -> None:
         """The first claim carrying outcomes fails as a whole (503, nothing recorded), the
         second one's answer is lost after its outcomes were recorded (200 with an HTML page):
@@ -1035,6 +1114,7 @@ ALL = [
     "unknown_code_is_a_type_error",
     "an_unknown_code_forced_through_is_counted",
     "an_over_long_transcript_is_counted",
+    "a_slow_on_error_after_a_refusal_is_reported",
     "rail_code_is_kept",
     "on_error_that_raises_or_returns_none",
     "garbled_claim_answers",
@@ -1044,6 +1124,7 @@ ALL = [
     "internal_errors_are_retried_a_bounded_number_of_times",
     "outcomes_ride_along_with_claims",
     "a_failed_claim_resends_its_outcomes",
+    "a_stop_waits_for_a_claim_carrying_outcomes",
     "ctrl_c_on_an_idle_worker",
     "a_rate_limited_group_does_not_hold_up_the_others",
 ]

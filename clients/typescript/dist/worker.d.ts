@@ -135,7 +135,11 @@ export declare class Worker {
     private fail;
     /** The shutdown timeout: cancel what still runs; its lease is released. */
     private expire;
-    /** Stopping: cancel the claim in flight unless it answers within CLAIM_GRACE_MS. */
+    /**
+     * Stopping: cancel the claim in flight unless it answers within CLAIM_GRACE_MS; one carrying
+     * outcomes gets the shutdown timeout (it does not wait for work, and cut off, its outcomes
+     * may be recorded with no answer to say so).
+     */
     private cancelClaimSoon;
     private claimLoop;
     /** One turn of the claim loop; true when the loop must end. */

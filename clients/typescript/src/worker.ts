@@ -273,6 +273,8 @@ interface InFlight {
   sent: number;
   cancel: AbortController;
   timer?: ReturnType<typeof setTimeout>;
+  /** It carries outcomes: a stop waits for it (see cancelClaimSoon). */
+  carrying?: boolean;
 }
 
 type State = "queued" | "running" | "hook" | "reporting" | "releasing";
@@ -528,13 +530,18 @@ export class Worker {
 
   // Claims.
 
-  /** Stopping: cancel the claim in flight unless it answers within CLAIM_GRACE_MS. */
+  /**
+   * Stopping: cancel the claim in flight unless it answers within CLAIM_GRACE_MS; one carrying
+   * outcomes gets the shutdown timeout (it does not wait for work, and cut off, its outcomes
+   * may be recorded with no answer to say so).
+   */
   private cancelClaimSoon(): void {
     const claim = this.inFlight;
     if (!claim || claim.cancel.signal.aborted || claim.timer) return;
+    const grace = claim.carrying ? this.o.shutdownTimeoutMs : CLAIM_GRACE_MS;
     // After the grace, one more turn of the event loop: an answer already received is read
     // first (the client stops listening to the cancel once its answer arrives).
-    claim.timer = setTimeout(() => setImmediate(() => claim.cancel.abort()), CLAIM_GRACE_MS);
+    claim.timer = setTimeout(() => setImmediate(() => claim.cancel.abort()), grace);
   }
 
   private async claimLoop(): Promise<void> {
@@ -585,6 +592,7 @@ export class Worker {
     this.inFlight = claim;
     // The outcomes ready ride along: recorded before the claim, in one round trip.
     const carried = this.takeOutcomes();
+    claim.carrying = carried.length > 0;
     this.claimPhase = "claiming";
     let answer: ClaimsOut;
     try {
@@ -596,7 +604,7 @@ export class Worker {
           lease_ms: this.o.leaseMs,
           limit,
           // A claim carrying outcomes does not wait for work: their results come back at once
-          // (a stop does not cut them off, no lease waits on them unextended); when it brings
+          // (a stop waits for them, no lease waits on them unextended); when it brings
           // nothing, the next claim, without them, is the long poll.
           wait_ms: carried.length ? 0 : this.o.waitMs,
           ...(this.o.groups?.length ? { groups: this.o.groups } : {}),

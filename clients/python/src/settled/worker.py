@@ -656,8 +656,8 @@ class Worker:
                 lease_ms=self.lease_ms,
                 limit=limit,
                 # A claim carrying outcomes does not wait for work: their results come back at
-                # once (a stop does not cut them off, no lease waits on them unextended); when
-                # it brings nothing, the next claim, without them, is the long poll.
+                # once (a stop waits for them, no lease waits on them unextended); when it
+                # brings nothing, the next claim, without them, is the long poll.
                 wait_ms=0 if carried else self.wait_ms,
                 groups=self.groups,
                 started=started,
@@ -671,8 +671,10 @@ class Worker:
                 # Stopping: an answer on its way is still taken (its receipts are released);
                 # a long poll still waiting is cancelled, which ends it on the server too.
                 await asyncio.wait([request], timeout=CLAIM_GRACE)
-            if not request.done() and started.is_set():
-                # It has begun to arrive: its leases are ours, read it to give them back.
+            if not request.done() and (started.is_set() or carried):
+                # It has begun to arrive: its leases are ours, read it to give them back. One
+                # carrying outcomes is waited for too (it does not wait for work): cut off, its
+                # outcomes may be recorded with no answer to say so.
                 await asyncio.wait([request], timeout=self.shutdown_timeout)
         finally:
             stopped.cancel()
@@ -1022,7 +1024,10 @@ class Worker:
             return
         lease.fallback = True
         lease.alone = False
-        outcome = await self._fallback(OutcomeRefused(problem, lease.outcome), lease.job)
+        refused, lease.outcome = lease.outcome, None
+        # No outcome while on_error runs: neither a claim nor the commit loop sends the refused
+        # one again meanwhile (refused twice, the lease would be released).
+        outcome = await self._fallback(OutcomeRefused(problem, refused), lease.job)
         if self._leases.get(lease.job.receipt_id) is lease:
             lease.outcome = outcome
             lease.retry_at = 0.0
