@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use sqlx::{PgConnection, PgPool};
+use tokio::task::JoinHandle;
 
 /// The first key of settled's advisory locks (the second names the queue).
 const CLASS: i32 = 0x5e77;
@@ -41,6 +42,9 @@ pub(super) struct Turns {
     pool: PgPool,
     key: i32,
     conn: Option<(PgConnection, Instant)>,
+    /// A turn connection being opened, off the groups' path: waiting for
+    /// a busy pool's next connection held the first runner's request.
+    opening: Option<JoinHandle<Option<PgConnection>>>,
     /// Whether another replica's queue of this kind was there, and when
     /// that was counted.
     others: Option<(bool, Instant)>,
@@ -52,6 +56,7 @@ impl Turns {
             pool,
             key,
             conn: None,
+            opening: None,
             others: None,
         }
     }
@@ -59,16 +64,7 @@ impl Turns {
     /// Wait for this queue's turn: whether it was taken (then it must be
     /// given back).
     pub async fn take(&mut self) -> bool {
-        if self
-            .conn
-            .as_ref()
-            .is_some_and(|(_, at)| at.elapsed() > RECYCLE)
-        {
-            self.conn = None;
-        }
-        if self.conn.is_none() {
-            self.conn = self.open().await.map(|c| (c, Instant::now()));
-        }
+        self.follow_opening().await;
         if !self.others_there().await {
             return false;
         }
@@ -135,22 +131,52 @@ impl Turns {
         }
     }
 
-    async fn open(&self) -> Option<PgConnection> {
-        let pooled = tokio::time::timeout(ANSWER_WAIT, self.pool.acquire())
-            .await
-            .ok()?
-            .ok()?;
-        let mut conn = pooled.detach();
-        let set = sqlx::query(LOCK_WAIT).execute(&mut conn);
-        if !matches!(tokio::time::timeout(ANSWER_WAIT, set).await, Ok(Ok(_))) {
-            return None;
+    /// Start opening a turn connection when there is none or it is due to
+    /// be recycled (the old one serves until the new one is there); take
+    /// one that has opened. Waits for nothing.
+    async fn follow_opening(&mut self) {
+        if let Some(opened) = self.opening.take_if(|t| t.is_finished()) {
+            // Finished: this answers at once.
+            if let Ok(Some(conn)) = opened.await {
+                self.conn = Some((conn, Instant::now()));
+            }
+            return;
         }
-        let present = sqlx::query("SELECT pg_advisory_lock_shared($1, $2)")
-            .bind(CLASS)
-            .bind(PRESENT + self.key)
-            .execute(&mut conn);
-        matches!(tokio::time::timeout(ANSWER_WAIT, present).await, Ok(Ok(_))).then_some(conn)
+        let due = self
+            .conn
+            .as_ref()
+            .is_none_or(|(_, at)| at.elapsed() > RECYCLE);
+        if due && self.opening.is_none() {
+            self.opening = Some(tokio::spawn(open(self.pool.clone(), self.key)));
+        }
     }
+}
+
+impl Drop for Turns {
+    fn drop(&mut self) {
+        if let Some(opening) = &self.opening {
+            opening.abort();
+        }
+    }
+}
+
+/// A connection of `pool`'s, out of it, that says it is there for queue
+/// `key`; `None` when the pool or the database did not answer in time.
+async fn open(pool: PgPool, key: i32) -> Option<PgConnection> {
+    let pooled = tokio::time::timeout(ANSWER_WAIT, pool.acquire())
+        .await
+        .ok()?
+        .ok()?;
+    let mut conn = pooled.detach();
+    let set = sqlx::query(LOCK_WAIT).execute(&mut conn);
+    if !matches!(tokio::time::timeout(ANSWER_WAIT, set).await, Ok(Ok(_))) {
+        return None;
+    }
+    let present = sqlx::query("SELECT pg_advisory_lock_shared($1, $2)")
+        .bind(CLASS)
+        .bind(PRESENT + key)
+        .execute(&mut conn);
+    matches!(tokio::time::timeout(ANSWER_WAIT, present).await, Ok(Ok(_))).then_some(conn)
 }
 
 #[cfg(test)]
@@ -159,6 +185,19 @@ mod tests {
 
     use super::Turns;
     use crate::store::postgres::test_support::fresh_store;
+
+    /// A new turn connection takes no group's time: `turns` is made to
+    /// open one, and this waits until it is there.
+    async fn opened(turns: &mut Turns) -> &mut Turns {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        turns.follow_opening().await;
+        while turns.conn.is_none() {
+            assert!(Instant::now() < deadline, "no turn connection opened");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            turns.follow_opening().await;
+        }
+        turns
+    }
 
     /// Two replicas' queues of one kind take turns; another kind does not
     /// wait for them; a turn held too long is waited for only briefly; a
@@ -171,9 +210,16 @@ mod tests {
         let pool = store.pool.clone();
         // The store's own queues are there too: keys of their own here.
         let mut a = Turns::new(pool.clone(), 11);
-        assert!(!a.take().await, "alone, no turn is taken");
+        assert!(!a.take().await, "nothing waits for a turn connection");
+        assert!(
+            !opened(&mut a).await.take().await,
+            "alone, no turn is taken"
+        );
         let mut b = Turns::new(pool.clone(), 11);
-        assert!(b.take().await, "with another there, a turn is taken");
+        assert!(
+            opened(&mut b).await.take().await,
+            "with another there, a turn is taken"
+        );
         assert!(!a.take().await, "a counted itself alone within the second");
         a.others = None;
         let started = Instant::now();
@@ -185,16 +231,36 @@ mod tests {
         b.give_back().await;
         assert!(a.take().await, "a turn given back is taken");
         let mut other = Turns::new(pool.clone(), 12);
-        assert!(!other.take().await);
-        let mut third = Turns::new(pool, 12);
-        assert!(third.take().await, "another queue's turn is its own");
+        assert!(!opened(&mut other).await.take().await);
+        let mut third = Turns::new(pool.clone(), 12);
+        assert!(
+            opened(&mut third).await.take().await,
+            "another queue's turn is its own"
+        );
         third.give_back().await;
         a.give_back().await;
         // A turn connection that is gone is opened again.
         a.conn = None;
         a.others = None;
-        assert!(a.take().await);
+        assert!(opened(&mut a).await.take().await);
         a.give_back().await;
+        // With every pooled connection busy, a group does not wait for one.
+        let mut held = Vec::new();
+        while let Ok(Ok(conn)) =
+            tokio::time::timeout(Duration::from_millis(200), pool.acquire()).await
+        {
+            held.push(conn);
+        }
+        let mut starved = Turns::new(pool.clone(), 13);
+        let started = Instant::now();
+        assert!(!starved.take().await);
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "waited {:?} for a connection",
+            started.elapsed()
+        );
+        drop(held);
+        assert!(opened(&mut starved).await.conn.is_some());
         drop(b);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
