@@ -80,9 +80,9 @@ export interface paths {
         put?: never;
         /**
          * Claim up to `limit` due receipts, after recording the outcomes sent along.
-         * @description With `wait_ms` the call waits up to that long and returns as soon as it
-         *     has claimed something; it is woken when work is enqueued, released or
-         *     redriven.
+         * @description With `wait_ms` the call waits up to that long (counted from its arrival,
+         *     recording its `outcomes` included) and returns as soon as it has claimed
+         *     something; it is woken when work is enqueued, released or redriven.
          *
          *     With `outcomes` the request first records them as `POST /v1/outcomes`
          *     does, then claims. Anything malformed in the claim's own fields is a

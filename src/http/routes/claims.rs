@@ -92,9 +92,9 @@ pub struct ClaimsOut {
 
 /// Claim up to `limit` due receipts, after recording the outcomes sent along.
 ///
-/// With `wait_ms` the call waits up to that long and returns as soon as it
-/// has claimed something; it is woken when work is enqueued, released or
-/// redriven.
+/// With `wait_ms` the call waits up to that long (counted from its arrival,
+/// recording its `outcomes` included) and returns as soon as it has claimed
+/// something; it is woken when work is enqueued, released or redriven.
 ///
 /// With `outcomes` the request first records them as `POST /v1/outcomes`
 /// does, then claims. Anything malformed in the claim's own fields is a
@@ -115,6 +115,9 @@ async fn claim_batch(
     State(app): State<AppState>,
     ApiJson(body): ApiJson<ClaimsIn>,
 ) -> Result<Json<ClaimsOut>, ApiError> {
+    // The wait counts from the request, the outcomes' recording included,
+    // so that the whole call stays within its promised bound.
+    let arrived = Instant::now();
     let worker = wire::parse_worker_id(&body.worker_id)?;
     let lease = LeaseMs::try_from(body.lease_ms)?;
     let limit = ClaimLimit::try_from(body.limit)?;
@@ -151,7 +154,8 @@ async fn claim_batch(
         Some(_) => Some(Vec::new()),
         None => None,
     };
-    let claimed = claim_waiting(&app, &worker, lease, limit, &only, wait_ms).await;
+    let deadline = arrived + Duration::from_millis(wait_ms);
+    let claimed = claim_waiting(&app, &worker, lease, limit, &only, deadline).await;
     if claimed.is_err() {
         app.metrics.claim_request(ClaimResult::Failed);
     }
@@ -173,16 +177,15 @@ async fn claim_batch(
     }))
 }
 
-/// Claim, waiting up to `wait_ms` for work when none is due.
+/// Claim, waiting until `deadline` for work when none is due.
 async fn claim_waiting(
     app: &AppState,
     worker: &WorkerId,
     lease: LeaseMs,
     limit: ClaimLimit,
     only: &[GroupName],
-    wait_ms: u64,
+    deadline: Instant,
 ) -> Result<DueClaims<Claimed>, ApiError> {
-    let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let notifier = app.store.work_notifier();
     let waits = app.waits.clone();
     let mut waiting = None;
