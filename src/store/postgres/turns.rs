@@ -132,8 +132,9 @@ impl Turns {
     }
 
     /// Start opening a turn connection when there is none or it is due to
-    /// be recycled (the old one serves until the new one is there); take
-    /// one that has opened. Waits for nothing.
+    /// be recycled (closed first: a replica holds one per queue, as the
+    /// documented connection count says); take one that has opened. Waits
+    /// for nothing: meanwhile groups run without turns.
     async fn follow_opening(&mut self) {
         if let Some(opened) = self.opening.take_if(|t| t.is_finished()) {
             // Finished: this answers at once.
@@ -142,11 +143,14 @@ impl Turns {
             }
             return;
         }
-        let due = self
+        if self
             .conn
             .as_ref()
-            .is_none_or(|(_, at)| at.elapsed() > RECYCLE);
-        if due && self.opening.is_none() {
+            .is_some_and(|(_, at)| at.elapsed() > RECYCLE)
+        {
+            self.conn = None;
+        }
+        if self.conn.is_none() && self.opening.is_none() {
             self.opening = Some(tokio::spawn(open(self.pool.clone(), self.key)));
         }
     }
