@@ -739,6 +739,44 @@ check("a slow onError after a refusal is reported", async () => {
   }
 });
 
+check("a server without outcomes in claims", async () => {
+  // A server older than `outcomes` in claims refuses every claim carrying some (422, an unknown
+  // field): after two such refusals in a row the worker stops carrying them and sends them in
+  // POST /v1/outcomes; every receipt settles once, and it says so once.
+  const s = await startServer();
+  let refused = 0;
+  const proxy = await fakeServer(async (req, body, forward, path) => {
+    if (req.method === "POST" && path === "/v1/claims" && outcomeIds(body).length) {
+      refused++;
+      return problem(422, "invalid_body", "validation");
+    }
+    return forward();
+  }, s.base);
+  try {
+    const ids = Array.from({ length: 12 }, (_, i) => `old-${String(i).padStart(2, "0")}`);
+    await s.enqueueMany(ids);
+    const w = watched(proxy.base, {
+      workerId: "oldserver",
+      concurrency: 1,
+      batchSize: 1,
+      handler: async (job) => `tx-${job.receiptId}`,
+    });
+    await waitFor("all settled", () => w.worker.stats.settled === ids.length);
+    const t = await w.stop();
+    assert.equal(refused, 2);
+    assert.equal(w.worker.stats.leasesLost, 0);
+    for (const id of ids) assert.equal((await s.receipt(id)).state, "settled");
+    assert.equal(w.logs.filter(([, m]) => m.includes("refused twice in a row")).length, 1, JSON.stringify(w.logs));
+    assert.deepEqual(await s.leased(), []);
+    assert.equal(w.error(), undefined);
+    return `${refused} carrying claims refused, then ${proxy.counts["/v1/outcomes"]} POST /v1/outcomes; ` +
+      `${ids.length} settled once; stop ${Math.round(t)} ms`;
+  } finally {
+    proxy.close();
+    s.stop();
+  }
+});
+
 check("a stop waits for a claim carrying outcomes", async () => {
   // A stop while a claim carrying outcomes waits for its answer (recorded, the answer slow): the
   // answer is read within the shutdown timeout; cut off after the claim grace, its outcome was

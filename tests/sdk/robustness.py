@@ -903,6 +903,41 @@ class Checks:
             await api.close()
             server.stop()
 
+    async def a_server_without_outcomes_in_claims(self) -> None:
+        """A server older than `outcomes` in claims refuses every claim carrying some (422, an
+        unknown field): after two such refusals in a row the worker stops carrying them and
+        sends them in POST /v1/outcomes; every receipt settles once, and it says so once."""
+        server = self.server("oldserver")
+        api = Api(server.base)
+        refused = Counter[str]()
+
+        def old(method: str, path: str, body: bytes) -> Reply | None:
+            if method == "POST" and path == "/v1/claims" and b'"outcomes"' in body:
+                refused["claims"] += 1
+                return problem(422, "invalid_body", "validation")
+            return None
+
+        proxy = Fake(old, server.base)
+        try:
+            ids = [f"old-{i:02d}" for i in range(12)]
+            for r in ids:
+                await api.enqueue(r)
+            run = Run(proxy.base, "oldserver", lambda job: "tx-" + job.receipt_id, concurrency=1, batch_size=1)
+            await until("all settled", lambda: all_states(api, ids, "settled"), 30)
+            run.alive()
+            took = await run.stop()
+            await api.no_lease_left()
+            assert refused["claims"] == 2, refused
+            assert run.worker.stats.settled == len(ids), run.worker.stats
+            assert not run.named("lease_lost"), run.named("lease_lost")
+            assert len(run.logs.matching("refused twice in a row")) == 1, run.logs.matching(".")
+            log(f"  {refused['claims']} carrying claims refused, then {proxy.count('POST /v1/outcomes')} "
+                f"POST /v1/outcomes; {len(ids)} settled once; stopped in {took:.2f} s")
+        finally:
+            await api.close()
+            proxy.close()
+            server.stop()
+
     async def a_stop_waits_for_a_claim_carrying_outcomes(self) -> None:
         """A stop while a claim carrying outcomes waits for its answer (recorded, the answer
         slow): the answer is read within the shutdown timeout, the outcome counted as settled;
@@ -1125,6 +1160,7 @@ ALL = [
     "outcomes_ride_along_with_claims",
     "a_failed_claim_resends_its_outcomes",
     "a_stop_waits_for_a_claim_carrying_outcomes",
+    "a_server_without_outcomes_in_claims",
     "ctrl_c_on_an_idle_worker",
     "a_rate_limited_group_does_not_hold_up_the_others",
 ]

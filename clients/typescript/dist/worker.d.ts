@@ -115,6 +115,12 @@ export declare class Worker {
     private claimPhase;
     /** When the first outcome the commit loop left for the next claim is its to send. */
     private lingerUntil;
+    /**
+     * Whether claims carry outcomes: no longer once two claims in a row that carried some were
+     * refused as a whole (a server older than `outcomes` in claims refuses them all).
+     */
+    private carrying;
+    private carryRefusals;
     private readonly log;
     constructor(client: Client, options: WorkerOptions);
     /**

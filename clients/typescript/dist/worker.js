@@ -211,6 +211,12 @@ export class Worker {
     claimPhase = "ready";
     /** When the first outcome the commit loop left for the next claim is its to send. */
     lingerUntil;
+    /**
+     * Whether claims carry outcomes: no longer once two claims in a row that carried some were
+     * refused as a whole (a server older than `outcomes` in claims refuses them all).
+     */
+    carrying = true;
+    carryRefusals = 0;
     log;
     constructor(client, options) {
         this.client = client;
@@ -506,6 +512,11 @@ export class Worker {
                 this.log.warn(`settled worker ${this.o.workerId}: a claim carrying ${carried.length} outcomes refused (${e.message}): sending them apart`);
                 for (const lease of carried)
                     lease.uncarried = true;
+                if (++this.carryRefusals >= 2 && this.carrying) {
+                    this.carrying = false;
+                    this.log.warn(`settled worker ${this.o.workerId}: claims carrying outcomes were refused twice in a row ` +
+                        "(a server older than outcomes in claims?): outcomes go in POST /v1/outcomes from now on");
+                }
                 return false;
             }
             return this.claimFailed(e, backoff, failing);
@@ -518,6 +529,7 @@ export class Worker {
         for (const lease of carried)
             lease.sending = false;
         if (carried.length) {
+            this.carryRefusals = 0;
             // The outcomes first, as a POST /v1/outcomes answer: a receipt claimed again in this same
             // answer (a retry due at once) is then a new lease.
             if (this.finished)
@@ -580,6 +592,8 @@ export class Worker {
     takeOutcomes() {
         const t = now();
         const taken = [];
+        if (!this.carrying)
+            return taken;
         for (const l of this.leases.values()) {
             if (taken.length >= MAX_ITEMS)
                 break;
@@ -879,7 +893,7 @@ export class Worker {
      */
     async sendOutcomes() {
         const t = now();
-        const soon = this.claimSoon();
+        const soon = this.carrying && this.claimSoon();
         this.lingerUntil = undefined;
         const ready = [];
         for (const l of this.leases.values()) {

@@ -344,6 +344,12 @@ export class Worker {
   private claimPhase: "ready" | "claiming" | "pausing" | "done" = "ready";
   /** When the first outcome the commit loop left for the next claim is its to send. */
   private lingerUntil: number | undefined;
+  /**
+   * Whether claims carry outcomes: no longer once two claims in a row that carried some were
+   * refused as a whole (a server older than `outcomes` in claims refuses them all).
+   */
+  private carrying = true;
+  private carryRefusals = 0;
   private readonly log: Required<Logger>;
 
   constructor(
@@ -633,6 +639,13 @@ export class Worker {
           `settled worker ${this.o.workerId}: a claim carrying ${carried.length} outcomes refused (${e.message}): sending them apart`,
         );
         for (const lease of carried) lease.uncarried = true;
+        if (++this.carryRefusals >= 2 && this.carrying) {
+          this.carrying = false;
+          this.log.warn(
+            `settled worker ${this.o.workerId}: claims carrying outcomes were refused twice in a row ` +
+              "(a server older than outcomes in claims?): outcomes go in POST /v1/outcomes from now on",
+          );
+        }
         return false;
       }
       return this.claimFailed(e, backoff, failing);
@@ -642,6 +655,7 @@ export class Worker {
     }
     for (const lease of carried) lease.sending = false;
     if (carried.length) {
+      this.carryRefusals = 0;
       // The outcomes first, as a POST /v1/outcomes answer: a receipt claimed again in this same
       // answer (a retry due at once) is then a new lease.
       if (this.finished) this.drainResults(carried, answer.results);
@@ -701,6 +715,7 @@ export class Worker {
   private takeOutcomes(): Lease[] {
     const t = now();
     const taken: Lease[] = [];
+    if (!this.carrying) return taken;
     for (const l of this.leases.values()) {
       if (taken.length >= MAX_ITEMS) break;
       if (l.state !== "reporting" || !l.outcome || l.sending || l.alone || l.uncarried) continue;
@@ -976,7 +991,7 @@ export class Worker {
    */
   private async sendOutcomes(): Promise<void> {
     const t = now();
-    const soon = this.claimSoon();
+    const soon = this.carrying && this.claimSoon();
     this.lingerUntil = undefined;
     const ready: Lease[] = [];
     for (const l of this.leases.values()) {

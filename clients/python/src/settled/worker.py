@@ -283,6 +283,10 @@ class Worker:
         self._claim_phase = "ready"
         #: When the first outcome the commit loop left for the next claim is its to send.
         self._linger_until: float | None = None
+        #: Whether claims carry outcomes: no longer once two claims in a row that carried some
+        #: were refused as a whole (a server older than `outcomes` in claims refuses them all).
+        self._carrying = True
+        self._carry_refusals = 0
 
     @property
     def _reserve(self) -> float:
@@ -533,6 +537,15 @@ class Worker:
                         )
                         for lease in carried:
                             lease.uncarried = True
+                        self._carry_refusals += 1
+                        if self._carry_refusals >= 2 and self._carrying:
+                            self._carrying = False
+                            self.log.warning(
+                                "settled worker %s: claims carrying outcomes were refused twice in a row "
+                                "(a server older than outcomes in claims?): outcomes go in POST /v1/outcomes "
+                                "from now on",
+                                self.worker_id,
+                            )
                         self._poke()
                         continue
                     if not await self._claim_failed(e, backoff, failing):
@@ -547,6 +560,7 @@ class Worker:
                 if answer is None:
                     break  # stopped with the claim in flight, and it was cancelled
                 if carried:
+                    self._carry_refusals = 0
                     # The outcomes first, as a POST /v1/outcomes answer: a receipt claimed again
                     # in this same answer (a retry due at once) is then a new lease.
                     await self._outcome_results(carried, answer.get("results"))
@@ -600,6 +614,8 @@ class Worker:
     def _take_outcomes(self) -> list[_Lease]:
         """The outcomes a claim carries: every one ready (up to 1024), except those the commit
         loop sends on their own."""
+        if not self._carrying:
+            return []
         now = time.monotonic()
         taken = [
             lease
@@ -897,7 +913,7 @@ class Worker:
         long poll out holds an outcome back `LINGER` at most. So an outcome waits at most
         `LINGER` longer than before, and a stop still flushes everything."""
         now = time.monotonic()
-        soon = self._claim_soon()
+        soon = self._carrying and self._claim_soon()
         self._linger_until = None
         ready = []
         for lease in self._leases.values():
