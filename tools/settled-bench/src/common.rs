@@ -20,21 +20,6 @@ pub fn err(message: impl Into<String>) -> BenchError {
     message.into().into()
 }
 
-/// Wait for every task; the first failure, if any (`what` names the tasks
-/// in the message of one that panicked).
-pub async fn join_all(tasks: &mut tokio::task::JoinSet<Res<()>>, what: &str) -> Res<()> {
-    let mut first = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined
-            .map_err(|e| err(format!("{what} failed: {e}")))
-            .and_then(|r| r);
-        if first.is_ok() {
-            first = result;
-        }
-    }
-    first
-}
-
 /// `finalized_at` of receipt 0 (any plausible Unix second).
 const FINALIZED_BASE: u64 = 1_764_460_800;
 

@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use settled::domain::RetryPolicy;
 use settled::http::wire::ReceiptIn;
 
-use super::common::{Ids, Ledger, Res, err, join_all, progress};
+use super::common::{Ids, Ledger, Res, err};
+use super::tasks::in_chunks;
 
 /// A client of one server.
 #[derive(Clone)]
@@ -162,56 +163,39 @@ impl Api {
         label: &str,
     ) -> Res<u64> {
         let chunk = chunk.clamp(1, settled::http::wire::MAX_BATCH_ITEMS);
-        let next = Arc::new(AtomicUsize::new(0));
-        let created = Arc::new(AtomicUsize::new(0));
         let refused = Arc::new(AtomicU64::new(0));
-        let shown = created.clone();
-        let ticker = progress(
-            label.to_owned(),
-            n,
-            Arc::new(move || (shown.load(Ordering::Relaxed), String::new())),
-        );
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..producers.max(1) {
-            let (api, ids, next) = (self.clone(), ids.clone(), next.clone());
-            let (created, refused) = (created.clone(), refused.clone());
-            tasks.spawn(async move {
-                loop {
-                    let start = next.fetch_add(chunk, Ordering::Relaxed);
-                    if start >= n {
-                        return Ok::<_, super::common::BenchError>(());
-                    }
-                    let receipts: Vec<ReceiptIn> = (start..n.min(start + chunk))
-                        .map(|i| ReceiptIn {
-                            receipt_id: ids.id(i),
-                            finalized_at: Ids::finalized_at(i),
-                            observation: Some(serde_json::json!({"amount_cents": i})),
-                            visible_at_ms,
-                            group: ids.group(i),
-                            priority: None,
-                            traceparent: None,
-                            tracestate: None,
-                        })
-                        .collect();
-                    let body = serde_json::json!({ "receipts": receipts });
-                    let (status, bytes) = api.post("/v1/receipts/batch", &body).await?;
-                    if status != 200 {
-                        return Err(err(format!(
-                            "POST /v1/receipts/batch: {status}: {}",
-                            String::from_utf8_lossy(&bytes)
-                        )));
-                    }
-                    let body: BatchBody = serde_json::from_slice(&bytes)?;
-                    let ok = body.results.iter().filter(|r| r.status == "created");
-                    let ok = ok.count();
-                    created.fetch_add(ok, Ordering::Relaxed);
-                    refused.fetch_add((receipts.len() - ok) as u64, Ordering::Relaxed);
+        let (api, ids, counted) = (self.clone(), ids.clone(), refused.clone());
+        in_chunks(n, chunk, producers, label, move |range| {
+            let (api, ids, refused) = (api.clone(), ids.clone(), counted.clone());
+            async move {
+                let receipts: Vec<ReceiptIn> = range
+                    .map(|i| ReceiptIn {
+                        receipt_id: ids.id(i),
+                        finalized_at: Ids::finalized_at(i),
+                        observation: Some(serde_json::json!({"amount_cents": i})),
+                        visible_at_ms,
+                        group: ids.group(i),
+                        priority: None,
+                        traceparent: None,
+                        tracestate: None,
+                    })
+                    .collect();
+                let body = serde_json::json!({ "receipts": receipts });
+                let (status, bytes) = api.post("/v1/receipts/batch", &body).await?;
+                if status != 200 {
+                    return Err(err(format!(
+                        "POST /v1/receipts/batch: {status}: {}",
+                        String::from_utf8_lossy(&bytes)
+                    )));
                 }
-            });
-        }
-        let joined = join_all(&mut tasks, "producer").await;
-        ticker.abort();
-        joined?;
+                let body: BatchBody = serde_json::from_slice(&bytes)?;
+                let ok = body.results.iter().filter(|r| r.status == "created");
+                let ok = ok.count();
+                refused.fetch_add((receipts.len() - ok) as u64, Ordering::Relaxed);
+                Ok(ok)
+            }
+        })
+        .await?;
         Ok(refused.load(Ordering::Relaxed))
     }
 

@@ -3,11 +3,9 @@
 //! group table of `n` rows with nothing active in them, as a service with a
 //! group per merchant does (docs/groups.md, "Many groups").
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::common::{Ids, Res, err, join_all, progress};
+use crate::common::{Ids, Res, err};
 use crate::http::Api;
+use crate::tasks::in_chunks;
 
 /// Most ids one `POST /v1/bulk/cancel` names.
 const CANCEL_CHUNK: usize = 1000;
@@ -26,26 +24,16 @@ pub async fn name_and_drain(api: &Api, run: &str, n: usize, producers: usize) ->
             "idle groups: {refused} receipts were not created"
         )));
     }
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let shown = done.clone();
-    let ticker = progress(
-        "idle groups: cancel (HTTP)".to_owned(),
+    let api = api.clone();
+    in_chunks(
         n,
-        Arc::new(move || (shown.load(Ordering::Relaxed), String::new())),
-    );
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..producers.max(1) {
-        let (api, ids, next, done) = (api.clone(), ids.clone(), next.clone(), done.clone());
-        tasks.spawn(async move {
-            loop {
-                let start = next.fetch_add(CANCEL_CHUNK, Ordering::Relaxed);
-                if start >= n {
-                    return Ok::<_, crate::common::BenchError>(());
-                }
-                let names: Vec<String> = (start..n.min(start + CANCEL_CHUNK))
-                    .map(|i| ids.id(i))
-                    .collect();
+        CANCEL_CHUNK,
+        producers,
+        "idle groups: cancel (HTTP)",
+        move |range| {
+            let (api, ids) = (api.clone(), ids.clone());
+            async move {
+                let names: Vec<String> = range.map(|i| ids.id(i)).collect();
                 let body = serde_json::json!({"receipt_ids": names, "reason": "drain idle groups"});
                 let (status, bytes) = api.post("/v1/bulk/cancel", &body).await?;
                 if status != 200 {
@@ -54,11 +42,9 @@ pub async fn name_and_drain(api: &Api, run: &str, n: usize, producers: usize) ->
                         String::from_utf8_lossy(&bytes)
                     )));
                 }
-                done.fetch_add(names.len(), Ordering::Relaxed);
+                Ok(names.len())
             }
-        });
-    }
-    let joined = join_all(&mut tasks, "canceller").await;
-    ticker.abort();
-    joined
+        },
+    )
+    .await
 }

@@ -1,7 +1,7 @@
 //! The same workload straight through the store, without HTTP.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use settled::domain::{ClaimLimit, GroupName, LeaseMs, ReceiptId, RetryPolicy, UnixMs, WorkerId};
@@ -9,7 +9,8 @@ use settled::store::postgres::{PostgresOptions, PostgresStore};
 use settled::store::sqlite::SqliteStore;
 use settled::store::{Enqueued, NewReceipt, ReceiptState, SharedStore};
 
-use super::common::{Ids, Ledger, Res, err, join_all, now_ms, progress};
+use super::common::{Ids, Ledger, Res, err, now_ms, progress};
+use super::tasks::{in_chunks, join_all};
 
 /// The store's clock: the system's, as the server reads it.
 fn now() -> UnixMs {
@@ -36,51 +37,34 @@ pub async fn enqueue(
     visible_at_ms: Option<u64>,
     label: &str,
 ) -> Res<u64> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let created = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicU64::new(0));
-    let shown = created.clone();
-    let ticker = progress(
-        label.to_owned(),
-        n,
-        Arc::new(move || (shown.load(Ordering::Relaxed), String::new())),
-    );
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..producers.max(1) {
-        let (store, ids, next) = (store.clone(), ids.clone(), next.clone());
-        let (created, refused) = (created.clone(), refused.clone());
-        tasks.spawn(async move {
-            loop {
-                let start = next.fetch_add(chunk, Ordering::Relaxed);
-                if start >= n {
-                    return Ok::<_, super::common::BenchError>(());
-                }
-                let receipts = (start..n.min(start + chunk))
-                    .map(|i| {
-                        Ok(NewReceipt {
-                            receipt_id: ReceiptId::parse(&ids.id(i))?,
-                            finalized_at: Ids::finalized_at(i),
-                            observation: Some(serde_json::json!({"amount_cents": i})),
-                            visible_at_ms: visible_at_ms.map(UnixMs::saturating),
-                            group: ids.group(i).map_or_else(
-                                || Ok(GroupName::default_group()),
-                                |g| GroupName::parse(&g),
-                            )?,
-                            priority: settled::domain::Priority::default(),
-                            trace: None,
-                        })
+    let (store, ids, counted) = (store.clone(), ids.clone(), refused.clone());
+    in_chunks(n, chunk, producers, label, move |range| {
+        let (store, ids, refused) = (store.clone(), ids.clone(), counted.clone());
+        async move {
+            let receipts = range
+                .map(|i| {
+                    Ok(NewReceipt {
+                        receipt_id: ReceiptId::parse(&ids.id(i))?,
+                        finalized_at: Ids::finalized_at(i),
+                        observation: Some(serde_json::json!({"amount_cents": i})),
+                        visible_at_ms: visible_at_ms.map(UnixMs::saturating),
+                        group: ids.group(i).map_or_else(
+                            || Ok(GroupName::default_group()),
+                            |g| GroupName::parse(&g),
+                        )?,
+                        priority: settled::domain::Priority::default(),
+                        trace: None,
                     })
-                    .collect::<Res<Vec<_>>>()?;
-                let results = store.enqueue(&receipts, now()).await?;
-                let ok = results.iter().filter(|r| **r == Enqueued::Created).count();
-                created.fetch_add(ok, Ordering::Relaxed);
-                refused.fetch_add((results.len() - ok) as u64, Ordering::Relaxed);
-            }
-        });
-    }
-    let joined = join_all(&mut tasks, "task").await;
-    ticker.abort();
-    joined?;
+                })
+                .collect::<Res<Vec<_>>>()?;
+            let results = store.enqueue(&receipts, now()).await?;
+            let ok = results.iter().filter(|r| **r == Enqueued::Created).count();
+            refused.fetch_add((results.len() - ok) as u64, Ordering::Relaxed);
+            Ok(ok)
+        }
+    })
+    .await?;
     Ok(refused.load(Ordering::Relaxed))
 }
 

@@ -19,6 +19,7 @@ mod raw;
 mod report;
 mod server;
 mod settle;
+mod tasks;
 
 use std::process::ExitCode;
 use std::sync::Arc;

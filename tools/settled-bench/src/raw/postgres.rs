@@ -12,7 +12,8 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use super::{Cycle, Done, END_COUNTS, EndCounts, Leased, Phase, RawResult, result, tokens};
-use crate::common::{BenchError, Ids, Res, err, join_all, now_ms, progress};
+use crate::common::{BenchError, Ids, Res, err, now_ms, progress};
+use crate::tasks::join_all;
 
 /// `{obs}` is the type of `receipts.observation`, so that this works
 /// whether the schema stores the JSON as text or natively.
