@@ -70,44 +70,48 @@ async fn run(
                 Err(sqlx::Error::PoolClosed)
             }
         };
-        match received {
-            Ok(Some(_)) => notify.notify_waiters(),
-            // The connection dropped and was re-established: whatever was
-            // sent meanwhile is lost, so wake every waiter to look again.
-            Ok(None) => notify.notify_waiters(),
+        let failed = match received {
+            Ok(Some(_)) => {
+                notify.notify_waiters();
+                continue;
+            }
+            // The connection dropped. sqlx would listen again at the next
+            // receive, but a wake-up sent before that is lost, and nothing
+            // would say when it listens again: subscribe here, and wake
+            // every waiter once listening.
+            Ok(None) => false,
+            Err(sqlx::Error::PoolClosed) => false,
             Err(error) => {
-                let moved = matches!(error, sqlx::Error::PoolClosed);
-                if !moved {
-                    tracing::warn!(%error, "work notifications interrupted; resubscribing");
+                tracing::warn!(%error, "work notifications interrupted; resubscribing");
+                true
+            }
+        };
+        // Start over on a fresh pool, on the writer in use now: some
+        // errors leave the listener holding a dead connection, and a
+        // fenced one must not be reused. The old one closes aside (a
+        // silent server holds it until the TCP timeout).
+        drop(listener);
+        if failed {
+            pause_unless_moved(&mut generation, &mut pause).await;
+        }
+        loop {
+            // Marked before the options are read: a move after this
+            // is seen at the next turn, never lost.
+            generation.mark_unchanged();
+            let old = std::mem::replace(&mut pool, kept_pool(&primary, acquire_timeout));
+            tokio::spawn(async move { old.close().await });
+            match subscribe(&pool).await {
+                Ok(fresh) => {
+                    listener = fresh;
+                    pause = FIRST_PAUSE;
+                    notify.notify_waiters();
+                    break;
                 }
-                // Start over on a fresh pool, on the writer in use now: some
-                // errors leave the listener holding a dead connection, and a
-                // fenced one must not be reused. The old one closes aside (a
-                // silent server holds it until the TCP timeout).
-                drop(listener);
-                if !moved {
-                    pause_unless_moved(&mut generation, &mut pause).await;
-                }
-                loop {
-                    // Marked before the options are read: a move after this
-                    // is seen at the next turn, never lost.
-                    generation.mark_unchanged();
-                    let old = std::mem::replace(&mut pool, kept_pool(&primary, acquire_timeout));
-                    tokio::spawn(async move { old.close().await });
-                    match subscribe(&pool).await {
-                        Ok(fresh) => {
-                            listener = fresh;
-                            pause = FIRST_PAUSE;
-                            notify.notify_waiters();
-                            break;
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, "cannot resubscribe to work notifications");
-                        }
-                    }
-                    pause_unless_moved(&mut generation, &mut pause).await;
+                Err(error) => {
+                    tracing::warn!(%error, "cannot resubscribe to work notifications");
                 }
             }
+            pause_unless_moved(&mut generation, &mut pause).await;
         }
     }
 }
