@@ -1,6 +1,7 @@
 //! The store: one trait, one implementation per backend.
 
 pub mod actions;
+pub mod carried;
 mod connect;
 mod error;
 mod explain;
@@ -24,6 +25,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 pub use actions::{Acted, ActionRefusal, ActionResult, OperatorAction};
+pub use carried::{ClaimAsk, Reported};
 pub use connect::{OpenError, open_store};
 pub use fair::DueClaims;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
@@ -190,6 +192,18 @@ pub trait SettlementOutcomeStore: Send + Sync {
         policy: RetryPolicy,
         observed_at_ms: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>>;
+
+    /// Record `outcomes` as [`Self::record_claimed_outcomes`] does at
+    /// `ask.now_ms`, then claim as [`Self::claim_from`] does (src/store/carried.rs).
+    /// `Err`: nothing was recorded, unless the answer of its commit was lost.
+    async fn record_and_claim(
+        &self,
+        outcomes: &[(Claim, Outcome)],
+        policy: RetryPolicy,
+        ask: ClaimAsk<'_>,
+    ) -> StoreResult<Reported> {
+        carried::one_after_the_other(self, outcomes, policy, ask).await
+    }
 
     /// Move the lease deadline to `now + extend_ms`; same token and version.
     async fn extend_lease(

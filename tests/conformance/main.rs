@@ -14,6 +14,8 @@ mod claims;
 
 mod outcomes;
 
+mod carried;
+
 mod cas;
 
 mod leases;

@@ -9,7 +9,7 @@ use settled::domain::{
 use settled::store::{HistoryEntry, ReceiptState};
 
 use super::support::*;
-use crate::common::{Fresh, raw_exec, raw_exec_unchecked};
+use crate::common::Fresh;
 
 async fn accepted_settles_with_its_transcript(fresh: Fresh) {
     enqueue_new(&fresh, &[receipt("r")], T0).await;
@@ -261,23 +261,6 @@ async fn a_batch_of_outcomes_is_judged_item_by_item(fresh: Fresh) {
     assert_eq!(route.unwrap(), Route::NoAction);
     assert_eq!(view(&fresh, "c", T0 + 11).await.attempts, 1);
     assert_eq!(c.attempts, 0);
-}
-
-/// Make the database refuse to finish receipt `id` (a CHECK, as a corrupt
-/// row meets it), on either backend.
-async fn plant_refusal(fresh: &Fresh, id: &str) {
-    if fresh.url.starts_with("sqlite:") {
-        // A cancel reason on an active row: a write that finishes it breaks a CHECK.
-        let sql =
-            format!("UPDATE receipts SET cancel_reason = 'planted' WHERE receipt_id = '{id}'");
-        raw_exec_unchecked(fresh, &sql).await.unwrap();
-    } else {
-        let sql = format!(
-            "ALTER TABLE receipts ADD CONSTRAINT planted \
-             CHECK (receipt_id <> '{id}' OR status = 'active') NOT VALID"
-        );
-        raw_exec(fresh, &sql).await.unwrap();
-    }
 }
 
 /// A write the database refuses (as in the next test) in a batch larger

@@ -12,7 +12,7 @@ use settled::store::{
     NewReceipt, ReceiptClaim, ReceiptState, ReceiptView, SettlementOutcomeStore, StoreResult,
 };
 
-use crate::common::Fresh;
+use crate::common::{Fresh, raw_exec, raw_exec_unchecked};
 
 /// A finalization time used by most tests (Unix seconds).
 pub const FIN: u64 = 1_700_000_000;
@@ -224,4 +224,21 @@ pub async fn try_claim(
     store(fresh)
         .claim_receipt(&rid(id), &worker(who), ms(now), lease(lease_ms))
         .await
+}
+
+/// Make the database refuse to finish receipt `id` (a CHECK, as a corrupt
+/// row meets it), on either backend.
+pub async fn plant_refusal(fresh: &Fresh, id: &str) {
+    if fresh.url.starts_with("sqlite:") {
+        // A cancel reason on an active row: a write that finishes it breaks a CHECK.
+        let sql =
+            format!("UPDATE receipts SET cancel_reason = 'planted' WHERE receipt_id = '{id}'");
+        raw_exec_unchecked(fresh, &sql).await.unwrap();
+    } else {
+        let sql = format!(
+            "ALTER TABLE receipts ADD CONSTRAINT planted \
+             CHECK (receipt_id <> '{id}' OR status = 'active') NOT VALID"
+        );
+        raw_exec(fresh, &sql).await.unwrap();
+    }
 }

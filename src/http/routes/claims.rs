@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::outcomes::record_items;
+use super::outcomes::Parsed;
 use crate::domain::{ClaimLimit, Claimed, GroupName, LeaseMs, WorkerId};
 use crate::http::AppState;
 use crate::http::error::{ApiError, Problem, ProblemCode};
@@ -22,7 +22,7 @@ use crate::http::middleware::spans;
 use crate::http::wire::{
     self, ClaimBody, MAX_BATCH_ITEMS, MAX_WAIT_MS, OutcomeRequest, OutcomeResult,
 };
-use crate::store::{DueClaims, ReceiptClaim};
+use crate::store::{ClaimAsk, DueClaims, ReceiptClaim};
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -99,7 +99,10 @@ pub struct ClaimsOut {
 /// With `outcomes` the request first records them as `POST /v1/outcomes`
 /// does, then claims. Anything malformed in the claim's own fields is a
 /// 422 that records nothing. A claim that fails once the outcomes are
-/// recorded answers 200 with `results` and `claim_error`. A request sent
+/// recorded answers 200 with `results` and `claim_error`; an error status
+/// means nothing was recorded (unless the answer was lost at the commit).
+/// The store may make the outcomes and the claim one transaction
+/// (PostgreSQL does), never letting a failed claim undo the outcomes. A request sent
 /// again after its answer was lost records nothing twice: each outcome
 /// already recorded is refused on its own (409 `receipt_finished`,
 /// `receipt_not_leased` for a retry already scheduled, or `lease_conflict`
@@ -149,13 +152,42 @@ async fn claim_batch(
             "outcomes holds 0..=1024 items",
         ));
     }
-    let results = match body.outcomes {
-        Some(items) if !items.is_empty() => Some(record_items(&app, items).await?),
-        Some(_) => Some(Vec::new()),
-        None => None,
+    // The outcomes and the first look, as one store call (one transaction
+    // where the store can); any later look of a long poll claims alone.
+    let (results, first) = match body.outcomes.map(Parsed::of) {
+        Some(parsed) if !parsed.pairs.is_empty() => {
+            let started = Instant::now();
+            let ask = ClaimAsk {
+                worker_id: &worker,
+                now_ms: app.now(),
+                lease_ms: lease,
+                limit,
+                only: &only,
+            };
+            let reported = app
+                .store
+                .record_and_claim(&parsed.pairs, app.policy, ask)
+                .await?;
+            let first = reported.claimed.map(|due| (started, due));
+            (Some(parsed.answer(&app, reported.results)), Some(first))
+        }
+        Some(parsed) => (Some(parsed.answer(&app, Vec::new())), None),
+        None => (None, None),
     };
     let deadline = arrived + Duration::from_millis(wait_ms);
-    let claimed = claim_waiting(&app, &worker, lease, limit, &only, deadline).await;
+    let claimed = match first {
+        Some(Err(e)) => Err(e.into()),
+        first => {
+            claim_waiting(
+                &app,
+                &worker,
+                (lease, limit, &only),
+                deadline,
+                first.and_then(Result::ok),
+            )
+            .await
+        }
+    };
     if claimed.is_err() {
         app.metrics.claim_request(ClaimResult::Failed);
     }
@@ -177,14 +209,14 @@ async fn claim_batch(
     }))
 }
 
-/// Claim, waiting until `deadline` for work when none is due.
+/// Claim, waiting until `deadline` for work when none is due; `first`: a
+/// look already made, and when it began.
 async fn claim_waiting(
     app: &AppState,
     worker: &WorkerId,
-    lease: LeaseMs,
-    limit: ClaimLimit,
-    only: &[GroupName],
+    (lease, limit, only): (LeaseMs, ClaimLimit, &[GroupName]),
     deadline: Instant,
+    mut first: Option<(Instant, DueClaims<Claimed>)>,
 ) -> Result<DueClaims<Claimed>, ApiError> {
     let notifier = app.store.work_notifier();
     let waits = app.waits.clone();
@@ -209,11 +241,16 @@ async fn claim_waiting(
         };
         let mut due = DueClaims::default();
         if look {
-            let started = Instant::now();
-            due = app
-                .store
-                .claim_from(worker, app.now(), lease, limit, only)
-                .await?;
+            let started;
+            (started, due) = match first.take() {
+                Some(looked) => looked,
+                None => (
+                    Instant::now(),
+                    app.store
+                        .claim_from(worker, app.now(), lease, limit, only)
+                        .await?,
+                ),
+            };
             // Only a look at every group, that no limit held back, tells
             // the other polls that nothing is due.
             if due.claims.is_empty() && only.is_empty() && !due.held_back {

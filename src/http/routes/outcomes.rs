@@ -9,11 +9,12 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::domain::{LeaseMs, Route};
+use crate::domain::{Claim, LeaseMs, Outcome, Route};
 use crate::http::AppState;
 use crate::http::error::{ApiError, Problem};
 use crate::http::extract::{ApiJson, ApiPath};
 use crate::http::wire::{self, ClaimBody, OutcomeRequest, OutcomeResult};
+use crate::store::StoreResult;
 
 /// Routes of this module.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -85,46 +86,74 @@ async fn record_batch(
 
 /// Judge each item on its own and record the valid ones in one durable
 /// commit: one result per item, in order. An error means none was recorded.
-pub(super) async fn record_items(
+async fn record_items(
     app: &AppState,
     items: Vec<Box<RawValue>>,
 ) -> Result<Vec<OutcomeResult>, ApiError> {
-    let mut results = Vec::with_capacity(items.len());
-    let mut valid = Vec::new();
-    for item in items {
-        let pair = match wire::parse_item::<OutcomeRequest>(&item).and_then(|r| r.parse(None)) {
-            Ok(pair) => pair,
-            Err(e) => {
-                results.push(OutcomeResult {
-                    receipt_id: wire::item_receipt_id(&item, &["claim", "receipt_id"]),
-                    route: None,
-                    error: Some(e.problem()),
-                });
-                continue;
-            }
-        };
-        results.push(OutcomeResult {
-            receipt_id: Some(pair.0.receipt_id.as_str().to_owned()),
-            route: None,
-            error: None,
-        });
-        valid.push((results.len() - 1, pair));
-    }
-    let (indexes, pairs): (Vec<usize>, Vec<_>) = valid.into_iter().unzip();
-    let routed = if pairs.is_empty() {
+    let parsed = Parsed::of(items);
+    let routed = if parsed.pairs.is_empty() {
         Vec::new()
     } else {
         app.store
-            .record_claimed_outcomes(&pairs, app.policy, app.now())
+            .record_claimed_outcomes(&parsed.pairs, app.policy, app.now())
             .await?
     };
-    for ((index, result), (claim, input)) in indexes.into_iter().zip(routed).zip(&pairs) {
-        match app.count(result, claim, input) {
-            Ok(route) => results[index].route = Some(route),
-            Err(e) => results[index].error = Some(e.problem()),
+    Ok(parsed.answer(app, routed))
+}
+
+/// A batch of outcome items, each judged on its own before anything is
+/// recorded.
+pub(super) struct Parsed {
+    /// One per item, in order; the malformed ones already answered.
+    results: Vec<OutcomeResult>,
+    /// The position in `results` of each of `pairs`.
+    indexes: Vec<usize>,
+    /// The well-formed items, to record.
+    pub pairs: Vec<(Claim, Outcome)>,
+}
+
+impl Parsed {
+    pub fn of(items: Vec<Box<RawValue>>) -> Self {
+        let mut results = Vec::with_capacity(items.len());
+        let mut indexes = Vec::new();
+        let mut pairs = Vec::new();
+        for item in items {
+            match wire::parse_item::<OutcomeRequest>(&item).and_then(|r| r.parse(None)) {
+                Ok(pair) => {
+                    indexes.push(results.len());
+                    results.push(OutcomeResult {
+                        receipt_id: Some(pair.0.receipt_id.as_str().to_owned()),
+                        route: None,
+                        error: None,
+                    });
+                    pairs.push(pair);
+                }
+                Err(e) => results.push(OutcomeResult {
+                    receipt_id: wire::item_receipt_id(&item, &["claim", "receipt_id"]),
+                    route: None,
+                    error: Some(e.problem()),
+                }),
+            }
+        }
+        Self {
+            results,
+            indexes,
+            pairs,
         }
     }
-    Ok(results)
+
+    /// The results, with what the store did with each of `pairs` (counted).
+    pub fn answer(mut self, app: &AppState, routed: Vec<StoreResult<Route>>) -> Vec<OutcomeResult> {
+        for ((index, result), (claim, input)) in
+            self.indexes.into_iter().zip(routed).zip(&self.pairs)
+        {
+            match app.count(result, claim, input) {
+                Ok(route) => self.results[index].route = Some(route),
+                Err(e) => self.results[index].error = Some(e.problem()),
+            }
+        }
+        self.results
+    }
 }
 
 /// Extend a lease (heartbeat).

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::claim_batch::ClaimJob;
 use super::groups::{Covered, admit_one, groups_for_claim, retake, spend};
+use super::writes::Job;
 use super::{PostgresStore, Tx, begin_claim, finish, row_for_update};
 use crate::domain::{
     Candidate, ClaimLimit, Claimed, GroupName, LeaseMs, ReceiptId, StoreError, UnixMs, WorkerId,
@@ -15,7 +16,7 @@ use crate::store::rules::{
     claimable_sql, lapsed_sql, priority_below_sql, top_priority_sql, unleased_sql,
 };
 use crate::store::walk::{walk_bound, walked_enough};
-use crate::store::{ReceiptClaim, StoreResult, rules};
+use crate::store::{ClaimAsk, ReceiptClaim, Reported, StoreResult, rules};
 
 /// The priorities in use among the claimable rows holding no lease of each
 /// group `$2[g]` (with its depth or quota `$3[g]` and position `n`), highest
@@ -330,16 +331,34 @@ impl PostgresStore {
         limit: ClaimLimit,
         only: &[GroupName],
     ) -> StoreResult<DueClaims<Claimed>> {
-        let now = now_ms.as_i64();
-        let until = rules::lease_deadline(now_ms, lease_ms.get())?;
+        let ask = ClaimAsk {
+            worker_id,
+            now_ms,
+            lease_ms,
+            limit,
+            only,
+        };
+        self.queue_claim(ask, None).await?.claimed
+    }
+
+    /// A claim through the claim queue, after the outcomes `carried` (a
+    /// [`Job::Outcomes`]) when there are any.
+    pub(super) async fn queue_claim(
+        &self,
+        ask: ClaimAsk<'_>,
+        carried: Option<Job>,
+    ) -> StoreResult<Reported> {
+        let now = ask.now_ms.as_i64();
+        let until = rules::lease_deadline(ask.now_ms, ask.lease_ms.get())?;
         self.claims
             .run(ClaimJob {
-                worker_id: worker_id.clone(),
+                worker_id: ask.worker_id.clone(),
                 now,
                 until,
-                limit: limit.get(),
-                only: only.to_vec(),
+                limit: ask.limit.get(),
+                only: ask.only.to_vec(),
                 turn: self.turn.clone(),
+                carried,
             })
             .await
     }

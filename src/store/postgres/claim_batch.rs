@@ -1,13 +1,16 @@
-//! Batch claims as the claim queue runs them: one worker's claim in a
-//! transaction of its own, or several workers' claims of the same groups
-//! merged into one statement.
+//! Batch claims as the claim queue runs them: the claims of the same groups
+//! merged into one statement, in one transaction with the outcomes their
+//! workers sent along (`POST /v1/claims` with `outcomes`, src/store/carried.rs);
+//! claims of different groups, or a group the database refused, one by one.
 
 use sqlx::PgPool;
 
 use super::claim::lease_due;
+use super::writes::{self, Answer, Job};
 use super::{Tx, begin_claim, finish};
-use crate::domain::{Claimed, GroupName, StoreError, WorkerId};
+use crate::domain::{Claimed, GroupName, Route, StoreError, WorkerId};
 use crate::store::StoreResult;
+use crate::store::carried::Reported;
 use crate::store::fair::{DueClaims, Turn};
 
 async fn claim_batch(tx: &mut Tx, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
@@ -23,13 +26,19 @@ pub(super) struct ClaimJob {
     pub limit: usize,
     pub only: Vec<GroupName>,
     pub turn: Turn,
+    /// The outcomes sent along (a [`Job::Outcomes`]), recorded before the claim.
+    pub carried: Option<Job>,
 }
 
 impl super::batcher::Mergeable for ClaimJob {
-    type Answer = DueClaims<Claimed>;
+    type Answer = Reported;
 
     fn size(&self) -> usize {
         self.limit.max(1)
+            + self
+                .carried
+                .as_ref()
+                .map_or(0, super::batcher::Mergeable::size)
     }
 
     fn run(
@@ -40,6 +49,23 @@ impl super::batcher::Mergeable for ClaimJob {
     }
 }
 
+/// The answers in job order, and whether the outcomes made work due.
+type Answers = (Vec<StoreResult<Reported>>, bool);
+
+/// Merged when every claim names the same groups; one by one otherwise,
+/// or when the database refused something of the merged transaction, so
+/// that only the claims and outcomes that meet it fail.
+async fn claim_jobs(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
+    if jobs.iter().all(|j| j.only == jobs[0].only) {
+        match claim_merged(pool, jobs).await {
+            Ok(Some(answers)) => return answers,
+            Ok(None) => {}
+            Err(e) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
+        }
+    }
+    one_by_one(pool, jobs).await
+}
+
 /// One claim in a transaction of its own: all or nothing.
 async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
     let mut tx = begin_claim(pool).await?;
@@ -47,44 +73,79 @@ async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Cla
     finish(tx, result).await
 }
 
-/// Several workers' claims in one statement and transaction, served in
-/// arrival order: the first takes the first rows of the round robin up to
-/// its limit, the next the following ones. Due is judged at the earliest
-/// of their clocks (they arrived together), so a later one may get fewer
-/// rows than are due by its own clock, as a claim that meets locked rows
-/// may. Only claims of the same groups are merged. A refusal (a stored row
-/// out of range) runs each claim alone, so that only the claims that meet
-/// the row fail.
-async fn claim_jobs(
-    pool: &PgPool,
-    jobs: &[ClaimJob],
-) -> (Vec<StoreResult<DueClaims<Claimed>>>, bool) {
-    let alone = jobs.len() == 1 || jobs.iter().any(|j| j.only != jobs[0].only);
-    if !alone {
-        match claim_merged(pool, jobs).await {
-            Ok(Some(answers)) => return (answers.into_iter().map(Ok).collect(), false),
-            Ok(None) => {}
-            Err(e) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
-        }
+/// The routes of an [`Answer`] to outcomes.
+fn routes(answer: Answer) -> StoreResult<Vec<StoreResult<Route>>> {
+    match answer {
+        Answer::Outcomes(routes) => Ok(routes),
+        _ => Err(StoreError::internal("an answer of the wrong kind")),
     }
-    let mut answers = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        answers.push(claim_alone(pool, job).await);
-    }
-    (answers, false)
 }
 
-/// `Ok(None)`: refused, and rolled back; run each claim alone.
-async fn claim_merged(
-    pool: &PgPool,
-    jobs: &[ClaimJob],
-) -> StoreResult<Option<Vec<DueClaims<Claimed>>>> {
+/// The outcomes sent along recorded first, as the write queue records them
+/// (a refused item fails alone), then each claim in a transaction of its
+/// own. A claim whose outcomes could not be recorded is not made.
+async fn one_by_one(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
+    let carried: Vec<Job> = jobs.iter().filter_map(|j| j.carried.clone()).collect();
+    let (recorded, wakes) = if carried.is_empty() {
+        (Vec::new(), false)
+    } else {
+        writes::run_jobs(pool, &carried).await
+    };
+    let mut recorded = recorded.into_iter();
+    let mut answers = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let results = match job.carried {
+            None => Vec::new(),
+            Some(_) => match recorded.next().map(|r| r.and_then(routes)) {
+                Some(Ok(results)) => results,
+                Some(Err(e)) => {
+                    answers.push(Err(e));
+                    continue;
+                }
+                None => {
+                    answers.push(Err(StoreError::internal("outcomes left unanswered")));
+                    continue;
+                }
+            },
+        };
+        let claimed = claim_alone(pool, job).await;
+        answers.push(Ok(Reported { results, claimed }));
+    }
+    (answers, wakes)
+}
+
+/// The outcomes sent along, then several workers' claims in one statement,
+/// in one transaction: one commit for a worker's report and its next claim.
+/// Claims are served in arrival order: the first takes the first rows of
+/// the round robin up to its limit, the next the following ones. Due is
+/// judged at the earliest of their clocks (they arrived together), so a
+/// later one may get fewer rows than are due by its own clock, as a claim
+/// that meets locked rows may. `Ok(None)`: the database refused a write or
+/// a stored row, and everything was rolled back.
+async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<Answers>> {
     let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
     let slots: Vec<(&str, i64)> = jobs
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
+    let carried: Vec<Job> = jobs.iter().filter_map(|j| j.carried.clone()).collect();
     let mut tx = begin_claim(pool).await?;
+    let (recorded, wakes) = if carried.is_empty() {
+        (Vec::new(), false)
+    } else {
+        match writes::run_in(&mut tx, &carried).await {
+            Ok(Some(done)) => done,
+            Ok(None) => {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            Err(e) => return finish(tx, Err(e)).await,
+        }
+    };
+    let recorded: Vec<Vec<StoreResult<Route>>> = match recorded.into_iter().map(routes).collect() {
+        Ok(recorded) => recorded,
+        Err(e) => return finish(tx, Err(e)).await,
+    };
     let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &jobs[0].turn).await {
         Ok(due) => due,
         Err(e @ StoreError::Backend { .. }) => return finish(tx, Err(e)).await,
@@ -94,18 +155,26 @@ async fn claim_merged(
         }
     };
     super::commit(tx).await?;
+    let mut recorded = recorded.into_iter();
     let mut claims = due.claims.into_iter();
-    Ok(Some(
-        jobs.iter()
-            .map(|j| {
-                let mine: Vec<_> = claims.by_ref().take(j.limit).collect();
-                let short = mine.len() < j.limit;
-                DueClaims {
+    let answers = jobs
+        .iter()
+        .map(|j| {
+            let mine: Vec<_> = claims.by_ref().take(j.limit).collect();
+            let short = mine.len() < j.limit;
+            let results = match j.carried {
+                Some(_) => recorded.next().unwrap_or_default(),
+                None => Vec::new(),
+            };
+            Ok(Reported {
+                results,
+                claimed: Ok(DueClaims {
                     claims: mine,
                     look_again_ms: due.look_again_ms.filter(|_| short),
                     held_back: due.held_back && short,
-                }
+                }),
             })
-            .collect(),
-    ))
+        })
+        .collect();
+    Ok(Some((answers, wakes)))
 }

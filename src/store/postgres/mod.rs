@@ -73,10 +73,10 @@ use crate::domain::{
     RetryPolicy, Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
 };
 use crate::store::{
-    ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
-    FeedStart, GroupQuery, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter,
-    ReceiptView, SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView,
-    StoreResult,
+    ActionResult, BackendKind, ClaimAsk, DeadLetter, DeadLetterCursor, DueClaims, Enqueued,
+    FeedRead, FeedStart, GroupQuery, GroupView, NewReceipt, OperatorAction, ReceiptClaim,
+    ReceiptFilter, ReceiptView, Reported, SearchPage, SearchResults, SettlementOutcomeStore,
+    StatsMinute, StatusView, StoreResult,
 };
 
 /// The channel on which replicas announce work that became due. Channels
@@ -272,6 +272,26 @@ impl SettlementOutcomeStore for PostgresStore {
         observed_at_ms: UnixMs,
     ) -> StoreResult<Vec<StoreResult<Route>>> {
         self.record_outcomes(outcomes, policy, observed_at_ms).await
+    }
+
+    async fn record_and_claim(
+        &self,
+        outcomes: &[(Claim, Outcome)],
+        policy: RetryPolicy,
+        ask: ClaimAsk<'_>,
+    ) -> StoreResult<Reported> {
+        // One transaction for both where it can (src/store/postgres/claim_batch.rs).
+        self.primary.gate()?;
+        let carried = writes::Job::Outcomes {
+            items: outcomes.to_vec(),
+            policy,
+            observed_at_ms: ask.now_ms,
+        };
+        let reported = self.watched(self.queue_claim(ask, Some(carried)).await)?;
+        Ok(Reported {
+            claimed: self.watched(reported.claimed),
+            ..reported
+        })
     }
 
     async fn extend_lease(

@@ -70,7 +70,10 @@ impl Job {
 }
 
 /// Run a group in `tx`; `Ok(None)` when the database refused a write.
-async fn run_in(conn: &mut PgConnection, jobs: &[Job]) -> StoreResult<Option<(Vec<Answer>, bool)>> {
+pub(super) async fn run_in(
+    conn: &mut PgConnection,
+    jobs: &[Job],
+) -> StoreResult<Option<(Vec<Answer>, bool)>> {
     let units = units(jobs);
     let mut answers: Vec<Option<UnitAnswer>> = vec![None; units.len()];
     for round in rules::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())) {
@@ -142,7 +145,7 @@ fn one_statement(jobs: &[Job]) -> bool {
 /// Run a group of jobs as one durable transaction; a backend failure fails
 /// every job of the group, as it would have failed each alone. Returns the
 /// answers in job order and whether work became due.
-async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
+pub(super) async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
     let fail_all = |e: StoreError| -> (Vec<StoreResult<Answer>>, bool) {
         (jobs.iter().map(|_| Err(e.clone())).collect(), false)
     };

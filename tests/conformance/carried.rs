@@ -1,0 +1,140 @@
+//! A worker's report and its next claim in one store call
+//! (`record_and_claim`, `POST /v1/claims` with `outcomes`): the outcomes are
+//! recorded as `record_claimed_outcomes` records them, then the claim is
+//! made; the outcomes stand whatever becomes of the claim, and a report
+//! sent again records nothing twice.
+
+use futures_util::future::join_all;
+use settled::domain::{Claimed, RetryPolicy, Route, StoreErrorClass};
+use settled::store::{ClaimAsk, ReceiptState, Reported};
+
+use super::support::*;
+use crate::common::{Fresh, raw_exec_unchecked};
+
+/// Report `done` (each accepted) and claim up to `n` as `who` at `now`.
+async fn report(fresh: &Fresh, who: &str, done: &[Claimed], n: usize, now: u64) -> Reported {
+    let outcomes: Vec<_> = done
+        .iter()
+        .map(|c| {
+            (
+                c.claim.clone(),
+                accepted(&format!("tx-{}", c.claim.receipt_id.as_str())),
+            )
+        })
+        .collect();
+    let who = worker(who);
+    let ask = ClaimAsk {
+        worker_id: &who,
+        now_ms: ms(now),
+        lease_ms: lease(30_000),
+        limit: limit(n),
+        only: &[],
+    };
+    store(fresh)
+        .record_and_claim(&outcomes, RetryPolicy::default(), ask)
+        .await
+        .expect("the report is recorded")
+}
+
+fn claimed_ids(reported: &Reported) -> Vec<String> {
+    let due = reported.claimed.as_ref().expect("the claim is made");
+    due.claims
+        .iter()
+        .map(|c| c.claim.receipt_id.as_str().to_owned())
+        .collect()
+}
+
+async fn the_outcomes_are_recorded_then_the_claim_is_made(fresh: Fresh) {
+    enqueue_new(&fresh, &["a", "b", "c"].map(receipt), T0).await;
+    let a = claim(&fresh, "a", "w", T0, 30_000).await;
+    let reported = report(&fresh, "w", std::slice::from_ref(&a), 5, T0 + 1).await;
+    assert_eq!(reported.results, [Ok(Route::NoAction)]);
+    // The settled receipt is not claimed again: the outcome came first.
+    assert_eq!(claimed_ids(&reported), ["b", "c"]);
+    let v = view(&fresh, "a", T0 + 1).await;
+    assert_eq!(
+        (v.state, v.transcript_id.as_deref()),
+        (ReceiptState::Settled, Some("tx-a"))
+    );
+    assert_eq!(state(&fresh, "b", T0 + 1).await, ReceiptState::Leased);
+}
+
+async fn a_report_sent_again_records_nothing_twice(fresh: Fresh) {
+    enqueue_new(&fresh, &["a", "b"].map(receipt), T0).await;
+    let a = claim(&fresh, "a", "w", T0, 30_000).await;
+    let first = report(&fresh, "w", std::slice::from_ref(&a), 1, T0 + 1).await;
+    assert_eq!(first.results, [Ok(Route::NoAction)]);
+    assert_eq!(claimed_ids(&first), ["b"]);
+    // Its answer was lost: the same report again.
+    let again = report(&fresh, "w", std::slice::from_ref(&a), 1, T0 + 2).await;
+    assert_class(&again.results[0], StoreErrorClass::Conflict);
+    assert_eq!(claimed_ids(&again), Vec::<String>::new());
+    assert_eq!(view(&fresh, "a", T0 + 2).await.history.len(), 1);
+    assert_eq!(state(&fresh, "b", T0 + 2).await, ReceiptState::Leased);
+}
+
+async fn a_claim_that_fails_after_the_outcomes_keeps_them(fresh: Fresh) {
+    enqueue_new(&fresh, &["a", "z"].map(receipt), T0).await;
+    let a = claim(&fresh, "a", "w", T0, 30_000).await;
+    // A corrupt row (its version cannot advance) makes the claim fail.
+    raw_exec_unchecked(
+        &fresh,
+        "UPDATE receipts SET row_version = 9223372036854775807 WHERE receipt_id = 'z'",
+    )
+    .await
+    .expect("plant a corrupt row");
+    let reported = report(&fresh, "w", std::slice::from_ref(&a), 1, T0 + 1).await;
+    assert_eq!(reported.results, [Ok(Route::NoAction)]);
+    assert_class(&reported.claimed, StoreErrorClass::InvalidRecord);
+    assert_eq!(state(&fresh, "a", T0 + 1).await, ReceiptState::Settled);
+}
+
+async fn an_outcome_the_database_refuses_fails_alone_and_the_claim_is_made(fresh: Fresh) {
+    enqueue_new(&fresh, &["a", "bad", "c"].map(receipt), T0).await;
+    let a = claim(&fresh, "a", "w", T0, 30_000).await;
+    let bad = claim(&fresh, "bad", "w", T0, 30_000).await;
+    plant_refusal(&fresh, "bad").await;
+    let reported = report(&fresh, "w", &[a, bad], 1, T0 + 1).await;
+    assert_eq!(reported.results[0], Ok(Route::NoAction));
+    assert_invalid(&reported.results[1]);
+    assert_eq!(claimed_ids(&reported), ["c"]);
+    assert_eq!(state(&fresh, "a", T0 + 1).await, ReceiptState::Settled);
+    assert_eq!(state(&fresh, "bad", T0 + 1).await, ReceiptState::Leased);
+}
+
+async fn many_workers_report_and_claim_at_once(fresh: Fresh) {
+    // Concurrent reports, as a busy server merges them: every outcome is
+    // recorded once and every receipt claimed by one worker.
+    let ids: Vec<String> = (0..48).map(|i| format!("r{i:02}")).collect();
+    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let mut held = Vec::new();
+    for id in &ids[..16] {
+        held.push(claim(&fresh, id, "w", T0, 30_000).await);
+    }
+    let names: Vec<String> = (0..held.len()).map(|i| format!("w{i}")).collect();
+    let reports = join_all(
+        held.iter()
+            .zip(&names)
+            .map(|(c, name)| report(&fresh, name, std::slice::from_ref(c), 2, T0 + 1)),
+    )
+    .await;
+    let mut claimed = Vec::new();
+    for reported in &reports {
+        assert_eq!(reported.results, [Ok(Route::NoAction)]);
+        claimed.extend(claimed_ids(reported));
+    }
+    claimed.sort();
+    assert_eq!(claimed, ids[16..]);
+    for id in &ids[..16] {
+        assert_eq!(state(&fresh, id, T0 + 1).await, ReceiptState::Settled);
+    }
+}
+
+crate::on_every_backend!(
+    the_outcomes_are_recorded_then_the_claim_is_made,
+    a_report_sent_again_records_nothing_twice,
+    a_claim_that_fails_after_the_outcomes_keeps_them,
+    an_outcome_the_database_refuses_fails_alone_and_the_claim_is_made,
+    many_workers_report_and_claim_at_once,
+);
