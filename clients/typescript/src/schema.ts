@@ -87,7 +87,10 @@ export interface paths {
          *     With `outcomes` the request first records them as `POST /v1/outcomes`
          *     does, then claims. Anything malformed in the claim's own fields is a
          *     422 that records nothing. A claim that fails once the outcomes are
-         *     recorded answers 200 with `results` and `claim_error`. A request sent
+         *     recorded answers 200 with `results` and `claim_error`; an error status
+         *     means nothing was recorded (unless the answer was lost at the commit).
+         *     The store may make the outcomes and the claim one transaction
+         *     (PostgreSQL does), never letting a failed claim undo the outcomes. A request sent
          *     again after its answer was lost records nothing twice: each outcome
          *     already recorded is refused on its own (409 `receipt_finished`,
          *     `receipt_not_leased` for a retry already scheduled, or `lease_conflict`
