@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Medians of 3 (or of ROUNDS) from bench/ab-table.sh's JSON lines, for BENCHMARKS.md.
+"""Medians of 3 (or of ROUNDS) from bench/ab-table.sh's (or bench/replicas-ab.sh's) JSON lines,
+for BENCHMARKS.md.
 
     bench/ab-table.sh OLD/settled-bench NEW/settled-bench > ab.jsonl
     bench/ab-summary.py ab.jsonl
@@ -23,6 +24,10 @@ FIGURES = {
     "sqlite_batched": ["settled_per_sec", "server_cpu_us_per_receipt"],
     "sqlite_one_by_one": ["settled_per_sec"],
 }
+# bench/replicas-ab.sh: N replicas, one by one, claims and outcomes apart or carried.
+for _n in (1, 2, 4):
+    for _shape in ("apart", "carried"):
+        FIGURES[f"pg_r{_n}_{_shape}"] = ["settled_per_sec", "db_cpu_us_per_receipt", "claim_p99_ms"]
 
 
 def main(path):
