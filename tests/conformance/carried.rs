@@ -9,7 +9,7 @@ use settled::domain::{Claimed, RetryPolicy, Route, StoreErrorClass};
 use settled::store::{ClaimAsk, ReceiptState, Reported};
 
 use super::support::*;
-use crate::common::{Fresh, raw_exec_unchecked};
+use crate::common::{Fresh, raw_exec, raw_exec_unchecked};
 
 /// Report `done` (each accepted) and claim up to `n` as `who` at `now`.
 async fn report(fresh: &Fresh, who: &str, done: &[Claimed], n: usize, now: u64) -> Reported {
@@ -102,10 +102,39 @@ async fn an_outcome_the_database_refuses_fails_alone_and_the_claim_is_made(fresh
     assert_eq!(state(&fresh, "bad", T0 + 1).await, ReceiptState::Leased);
 }
 
+async fn a_claim_the_database_fails_after_the_outcomes_keeps_them(fresh: Fresh) {
+    enqueue_new(&fresh, &["a", "b"].map(receipt), T0).await;
+    let a = claim(&fresh, "a", "doomed", T0, 30_000).await;
+    // The server fails any lease for worker "doomed" (as a time limit or a
+    // lock it gave up on would fail the claim), not the outcome's write.
+    let doom = if fresh.url.starts_with("sqlite:") {
+        vec![
+            "CREATE TRIGGER doom BEFORE UPDATE ON receipts WHEN NEW.lease_owner = 'doomed' \
+             BEGIN SELECT RAISE(ABORT, 'doomed'); END",
+        ]
+    } else {
+        vec![
+            "CREATE FUNCTION doom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.lease_owner = 'doomed' THEN RAISE EXCEPTION 'doomed'; END IF; \
+             RETURN NEW; END $$",
+            "CREATE TRIGGER doom BEFORE UPDATE ON receipts FOR EACH ROW EXECUTE FUNCTION doom()",
+        ]
+    };
+    for sql in doom {
+        raw_exec(&fresh, sql).await.expect("plant the trigger");
+    }
+    let reported = report(&fresh, "doomed", std::slice::from_ref(&a), 1, T0 + 1).await;
+    assert_eq!(reported.results, [Ok(Route::NoAction)]);
+    assert_class(&reported.claimed, StoreErrorClass::Backend);
+    assert_eq!(state(&fresh, "a", T0 + 1).await, ReceiptState::Settled);
+    assert_eq!(state(&fresh, "b", T0 + 1).await, ReceiptState::Pending);
+}
+
 async fn many_workers_report_and_claim_at_once(fresh: Fresh) {
-    // Concurrent reports, as a busy server merges them: every outcome is
-    // recorded once and every receipt claimed by one worker.
-    let ids: Vec<String> = (0..48).map(|i| format!("r{i:02}")).collect();
+    // Concurrent reports and plain claims, as a busy server merges them:
+    // every outcome is recorded once and every receipt claimed by one
+    // worker, the right one's answer carrying it.
+    let ids: Vec<String> = (0..64).map(|i| format!("r{i:02}")).collect();
     let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
     enqueue_new(&fresh, &receipts, T0).await;
     let mut held = Vec::new();
@@ -113,16 +142,37 @@ async fn many_workers_report_and_claim_at_once(fresh: Fresh) {
         held.push(claim(&fresh, id, "w", T0, 30_000).await);
     }
     let names: Vec<String> = (0..held.len()).map(|i| format!("w{i}")).collect();
-    let reports = join_all(
+    let reporting = join_all(
         held.iter()
             .zip(&names)
             .map(|(c, name)| report(&fresh, name, std::slice::from_ref(c), 2, T0 + 1)),
-    )
-    .await;
+    );
+    let plain: Vec<_> = (0..8).map(|i| worker(&format!("p{i}"))).collect();
+    let claiming = join_all(
+        plain
+            .iter()
+            .map(|w| store(&fresh).claim_from(w, ms(T0 + 1), lease(30_000), limit(2), &[])),
+    );
+    let (reports, claims) = tokio::join!(reporting, claiming);
     let mut claimed = Vec::new();
-    for reported in &reports {
+    for (reported, name) in reports.iter().zip(&names) {
         assert_eq!(reported.results, [Ok(Route::NoAction)]);
+        let due = reported.claimed.as_ref().expect("the claim is made");
+        assert!(
+            due.claims
+                .iter()
+                .all(|c| c.claim.lease_owner.as_str() == name)
+        );
         claimed.extend(claimed_ids(reported));
+    }
+    for (due, w) in claims.iter().zip(&plain) {
+        let due = due.as_ref().expect("the plain claim is made");
+        assert!(due.claims.iter().all(|c| &c.claim.lease_owner == w));
+        claimed.extend(
+            due.claims
+                .iter()
+                .map(|c| c.claim.receipt_id.as_str().to_owned()),
+        );
     }
     claimed.sort();
     assert_eq!(claimed, ids[16..]);
@@ -136,5 +186,6 @@ crate::on_every_backend!(
     a_report_sent_again_records_nothing_twice,
     a_claim_that_fails_after_the_outcomes_keeps_them,
     an_outcome_the_database_refuses_fails_alone_and_the_claim_is_made,
+    a_claim_the_database_fails_after_the_outcomes_keeps_them,
     many_workers_report_and_claim_at_once,
 );

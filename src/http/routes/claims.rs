@@ -1,12 +1,14 @@
 //! Workers claim due receipts under a lease: a batch (optionally waiting for
 //! work) or one receipt by id.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use tokio::sync::{Notify, futures::Notified};
 use tokio::time::Instant;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -154,8 +156,10 @@ async fn claim_batch(
     }
     // The outcomes and the first look, as one store call (one transaction
     // where the store can); any later look of a long poll claims alone.
+    let notifier = app.store.work_notifier();
     let (results, first) = match body.outcomes.map(Parsed::of) {
         Some(parsed) if !parsed.pairs.is_empty() => {
+            let wake_up = armed(&notifier);
             let started = Instant::now();
             let ask = ClaimAsk {
                 worker_id: &worker,
@@ -168,7 +172,11 @@ async fn claim_batch(
                 .store
                 .record_and_claim(&parsed.pairs, app.policy, ask)
                 .await?;
-            let first = reported.claimed.map(|due| (started, due));
+            let first = reported.claimed.map(|due| Looked {
+                started,
+                due,
+                wake_up,
+            });
             (Some(parsed.answer(&app, reported.results)), Some(first))
         }
         Some(parsed) => (Some(parsed.answer(&app, Vec::new())), None),
@@ -178,14 +186,9 @@ async fn claim_batch(
     let claimed = match first {
         Some(Err(e)) => Err(e.into()),
         first => {
-            claim_waiting(
-                &app,
-                &worker,
-                (lease, limit, &only),
-                deadline,
-                first.and_then(Result::ok),
-            )
-            .await
+            let ask = (lease, limit, &only[..]);
+            let first = first.and_then(Result::ok);
+            claim_waiting(&app, &notifier, &worker, ask, deadline, first).await
         }
     };
     if claimed.is_err() {
@@ -209,27 +212,48 @@ async fn claim_batch(
     }))
 }
 
+/// A registration for wake-ups, made before a look so that work made due
+/// between the look and the wait is not missed.
+fn armed(notifier: &Notify) -> Pin<Box<Notified<'_>>> {
+    let mut wake_up = Box::pin(notifier.notified());
+    wake_up.as_mut().enable();
+    wake_up
+}
+
+/// A look made before the wait: when it began, what it found, and the
+/// wake-ups since just before it.
+struct Looked<'n> {
+    started: Instant,
+    due: DueClaims<Claimed>,
+    wake_up: Pin<Box<Notified<'n>>>,
+}
+
 /// Claim, waiting until `deadline` for work when none is due; `first`: a
-/// look already made, and when it began.
-async fn claim_waiting(
+/// look already made.
+async fn claim_waiting<'n>(
     app: &AppState,
+    notifier: &'n Notify,
     worker: &WorkerId,
     (lease, limit, only): (LeaseMs, ClaimLimit, &[GroupName]),
     deadline: Instant,
-    mut first: Option<(Instant, DueClaims<Claimed>)>,
+    mut first: Option<Looked<'n>>,
 ) -> Result<DueClaims<Claimed>, ApiError> {
-    let notifier = app.store.work_notifier();
     let waits = app.waits.clone();
     let mut waiting = None;
     // Since when a look by any poll that found nothing makes this poll's
     // next look pointless; `None` before its first look.
     let mut woken: Option<Instant> = None;
     loop {
-        // Register for wake-ups before looking, so that work enqueued between
-        // the look and the wait is not missed.
-        let wake_up = notifier.notified();
-        tokio::pin!(wake_up);
-        wake_up.as_mut().enable();
+        // Registered before the look, so that work made due between the
+        // look and the wait is not missed.
+        let (mut looked, mut wake_up) = match first.take() {
+            Some(Looked {
+                started,
+                due,
+                wake_up,
+            }) => (Some((started, due)), wake_up),
+            None => (None, armed(notifier)),
+        };
         let mut turn = None;
         let look = match woken {
             None => true,
@@ -242,7 +266,7 @@ async fn claim_waiting(
         let mut due = DueClaims::default();
         if look {
             let started;
-            (started, due) = match first.take() {
+            (started, due) = match looked.take() {
                 Some(looked) => looked,
                 None => (
                     Instant::now(),
@@ -282,7 +306,7 @@ async fn claim_waiting(
         // woken by the timer (work coming due by the clock, or the deadline),
         // a look begun one fallback period ago is recent enough.
         let timer = tokio::select! {
-            () = &mut wake_up => false,
+            () = wake_up.as_mut() => false,
             () = tokio::time::sleep_until(deadline.min(now + look_again.min(waits.fallback_interval()))) => true,
             () = app.shutdown_signal() => false,
         };

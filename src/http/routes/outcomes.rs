@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::domain::{Claim, LeaseMs, Outcome, Route};
+use crate::domain::{Claim, LeaseMs, Outcome, Route, StoreError};
 use crate::http::AppState;
 use crate::http::error::{ApiError, Problem};
 use crate::http::extract::{ApiJson, ApiPath};
@@ -144,9 +144,13 @@ impl Parsed {
 
     /// The results, with what the store did with each of `pairs` (counted).
     pub fn answer(mut self, app: &AppState, routed: Vec<StoreResult<Route>>) -> Vec<OutcomeResult> {
-        for ((index, result), (claim, input)) in
-            self.indexes.into_iter().zip(routed).zip(&self.pairs)
-        {
+        // A store that answered fewer items than it was given leaves the
+        // rest answered as an error, never as neither route nor error.
+        let mut routed = routed.into_iter();
+        for (index, (claim, input)) in self.indexes.into_iter().zip(&self.pairs) {
+            let result = routed
+                .next()
+                .unwrap_or_else(|| Err(StoreError::internal("an item was left unanswered")));
             match app.count(result, claim, input) {
                 Ok(route) => self.results[index].route = Some(route),
                 Err(e) => self.results[index].error = Some(e.problem()),

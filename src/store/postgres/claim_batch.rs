@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use super::claim::lease_due;
 use super::writes::{self, Answer, Job};
 use super::{Tx, begin_claim, finish};
-use crate::domain::{Claimed, GroupName, Route, StoreError, WorkerId};
+use crate::domain::{BackendFault, Claimed, GroupName, Route, StoreError, WorkerId};
 use crate::store::StoreResult;
 use crate::store::carried::Reported;
 use crate::store::fair::{DueClaims, Turn};
@@ -52,11 +52,13 @@ impl super::batcher::Mergeable for ClaimJob {
 /// The answers in job order, and whether the outcomes made work due.
 type Answers = (Vec<StoreResult<Reported>>, bool);
 
-/// Merged when every claim names the same groups; one by one otherwise,
-/// or when the database refused something of the merged transaction, so
-/// that only the claims and outcomes that meet it fail.
+/// Merged when every claim names the same groups (and there is something
+/// to merge); one by one otherwise, or when the database refused something
+/// of the merged transaction, so that only the claims and outcomes that
+/// meet it fail.
 async fn claim_jobs(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
-    if jobs.iter().all(|j| j.only == jobs[0].only) {
+    let together = jobs.iter().all(|j| j.only == jobs[0].only);
+    if together && (jobs.len() > 1 || jobs[0].carried.is_some()) {
         match claim_merged(pool, jobs).await {
             Ok(Some(answers)) => return answers,
             Ok(None) => {}
@@ -142,12 +144,26 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
             Err(e) => return finish(tx, Err(e)).await,
         }
     };
-    let recorded: Vec<Vec<StoreResult<Route>>> = match recorded.into_iter().map(routes).collect() {
-        Ok(recorded) => recorded,
+    let recorded = match recorded
+        .into_iter()
+        .map(routes)
+        .collect::<StoreResult<Vec<_>>>()
+    {
+        Ok(recorded) if recorded.len() == carried.len() => recorded,
+        Ok(_) => return finish(tx, Err(StoreError::internal("outcomes left unanswered"))).await,
         Err(e) => return finish(tx, Err(e)).await,
     };
     let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &jobs[0].turn).await {
         Ok(due) => due,
+        // A claim the server failed (a time limit, a lock it gave up on)
+        // must not take the outcomes with it: they are recorded alone.
+        Err(StoreError::Backend {
+            fault: BackendFault::Answered,
+            ..
+        }) if !carried.is_empty() => {
+            tx.rollback().await?;
+            return Ok(None);
+        }
         Err(e @ StoreError::Backend { .. }) => return finish(tx, Err(e)).await,
         Err(_) => {
             tx.rollback().await?;
@@ -162,6 +178,7 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
         .map(|j| {
             let mine: Vec<_> = claims.by_ref().take(j.limit).collect();
             let short = mine.len() < j.limit;
+            // As many as carried, checked before the commit.
             let results = match j.carried {
                 Some(_) => recorded.next().unwrap_or_default(),
                 None => Vec::new(),

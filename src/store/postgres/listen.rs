@@ -5,7 +5,7 @@
 //! hear nothing, without an error, for good.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{Notify, watch};
@@ -59,6 +59,7 @@ async fn run(
     notify: Arc<Notify>,
 ) {
     let mut pause = FIRST_PAUSE;
+    let mut subscribed_at = Instant::now();
     loop {
         let received = tokio::select! {
             received = listener.try_recv() => received,
@@ -79,7 +80,7 @@ async fn run(
             // receive, but a wake-up sent before that is lost, and nothing
             // would say when it listens again: subscribe here, and wake
             // every waiter once listening.
-            Ok(None) => false,
+            Ok(None) => true,
             Err(sqlx::Error::PoolClosed) => false,
             Err(error) => {
                 tracing::warn!(%error, "work notifications interrupted; resubscribing");
@@ -92,6 +93,11 @@ async fn run(
         // silent server holds it until the TCP timeout).
         drop(listener);
         if failed {
+            // A subscription that lasted starts the back-off afresh; one
+            // dropped at once (a proxy that closes it) backs off further.
+            if subscribed_at.elapsed() >= LONGEST_PAUSE {
+                pause = FIRST_PAUSE;
+            }
             pause_unless_moved(&mut generation, &mut pause).await;
         }
         loop {
@@ -103,7 +109,7 @@ async fn run(
             match subscribe(&pool).await {
                 Ok(fresh) => {
                     listener = fresh;
-                    pause = FIRST_PAUSE;
+                    subscribed_at = Instant::now();
                     notify.notify_waiters();
                     break;
                 }
