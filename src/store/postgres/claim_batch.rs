@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use super::claim::lease_due;
 use super::writes::{self, Answer, Job};
 use super::{Tx, begin_claim, finish};
-use crate::domain::{BackendFault, Claimed, GroupName, Route, StoreError, WorkerId};
+use crate::domain::{BackendFault, Claimed, GroupName, StoreError, WorkerId};
 use crate::store::StoreResult;
 use crate::store::carried::Reported;
 use crate::store::fair::{DueClaims, Turn};
@@ -75,19 +75,11 @@ async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Cla
     finish(tx, result).await
 }
 
-/// The routes of an [`Answer`] to outcomes.
-fn routes(answer: Answer) -> StoreResult<Vec<StoreResult<Route>>> {
-    match answer {
-        Answer::Outcomes(routes) => Ok(routes),
-        _ => Err(StoreError::internal("an answer of the wrong kind")),
-    }
-}
-
 /// The outcomes sent along recorded first, as the write queue records them
 /// (a refused item fails alone), then each claim in a transaction of its
 /// own. A claim whose outcomes could not be recorded is not made.
 async fn one_by_one(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
-    let carried: Vec<Job> = jobs.iter().filter_map(|j| j.carried.clone()).collect();
+    let carried: Vec<&Job> = jobs.iter().filter_map(|j| j.carried.as_ref()).collect();
     let (recorded, wakes) = if carried.is_empty() {
         (Vec::new(), false)
     } else {
@@ -98,7 +90,7 @@ async fn one_by_one(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
     for job in jobs {
         let results = match job.carried {
             None => Vec::new(),
-            Some(_) => match recorded.next().map(|r| r.and_then(routes)) {
+            Some(_) => match recorded.next().map(|r| r.and_then(Answer::into_routes)) {
                 Some(Ok(results)) => results,
                 Some(Err(e)) => {
                     answers.push(Err(e));
@@ -130,7 +122,7 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
-    let carried: Vec<Job> = jobs.iter().filter_map(|j| j.carried.clone()).collect();
+    let carried: Vec<&Job> = jobs.iter().filter_map(|j| j.carried.as_ref()).collect();
     let mut tx = begin_claim(pool).await?;
     let (recorded, wakes) = if carried.is_empty() {
         (Vec::new(), false)
@@ -146,7 +138,7 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
     };
     let recorded = match recorded
         .into_iter()
-        .map(routes)
+        .map(Answer::into_routes)
         .collect::<StoreResult<Vec<_>>>()
     {
         Ok(recorded) if recorded.len() == carried.len() => recorded,

@@ -2,8 +2,8 @@
 //! runs them with other callers' writes as one transaction (`writes`).
 
 use super::PostgresStore;
-use super::writes::{Answer, Job};
-use crate::domain::{Claim, Outcome, RetryPolicy, Route, StoreError, UnixMs};
+use super::writes::Job;
+use crate::domain::{Claim, Outcome, RetryPolicy, Route, UnixMs};
 use crate::store::StoreResult;
 
 impl PostgresStore {
@@ -20,9 +20,6 @@ impl PostgresStore {
             observed_at_ms,
         };
         self.primary.gate()?;
-        match self.watched(self.writes.run(job).await)? {
-            Answer::Outcomes(routes) => Ok(routes),
-            _ => Err(StoreError::internal("an answer of the wrong kind")),
-        }
+        self.watched(self.writes.run(job).await)?.into_routes()
     }
 }

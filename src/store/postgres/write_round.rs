@@ -70,10 +70,10 @@ fn miss(explained: StoreResult<Route>) -> StoreError {
     explained.err().unwrap_or_else(rules::mismatch)
 }
 
-pub(super) fn units(jobs: &[Job]) -> Vec<Unit<'_>> {
+pub(super) fn units<'a>(jobs: &[&'a Job]) -> Vec<Unit<'a>> {
     let mut units = Vec::new();
     for (job, request) in jobs.iter().enumerate() {
-        match request {
+        match *request {
             Job::Outcomes {
                 items,
                 policy,

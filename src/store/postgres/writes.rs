@@ -51,11 +51,19 @@ impl super::batcher::Mergeable for Job {
         }
     }
 
-    fn run(
-        pool: &PgPool,
-        jobs: &[Self],
-    ) -> impl Future<Output = (Vec<StoreResult<Answer>>, bool)> + Send {
-        run_jobs(pool, jobs)
+    async fn run(pool: &PgPool, jobs: &[Self]) -> (Vec<StoreResult<Answer>>, bool) {
+        let jobs: Vec<&Self> = jobs.iter().collect();
+        run_jobs(pool, &jobs).await
+    }
+}
+
+impl Answer {
+    /// The routes of an answer to outcomes.
+    pub fn into_routes(self) -> StoreResult<Vec<StoreResult<Route>>> {
+        match self {
+            Self::Outcomes(routes) => Ok(routes),
+            _ => Err(StoreError::internal("an answer of the wrong kind")),
+        }
     }
 }
 
@@ -70,9 +78,11 @@ impl Job {
 }
 
 /// Run a group in `tx`; `Ok(None)` when the database refused a write.
+/// The jobs are borrowed: a claim's outcomes run in its own transaction
+/// without being copied out of its job.
 pub(super) async fn run_in(
     conn: &mut PgConnection,
-    jobs: &[Job],
+    jobs: &[&Job],
 ) -> StoreResult<Option<(Vec<Answer>, bool)>> {
     let units = units(jobs);
     let mut answers: Vec<Option<UnitAnswer>> = vec![None; units.len()];
@@ -82,7 +92,7 @@ pub(super) async fn run_in(
         }
     }
     let wakes = answers.iter().flatten().any(UnitAnswer::wakes);
-    let mut out: Vec<Answer> = jobs.iter().map(Job::empty_answer).collect();
+    let mut out: Vec<Answer> = jobs.iter().map(|j| j.empty_answer()).collect();
     for (unit, answer) in units.iter().zip(answers) {
         let answer = answer.ok_or_else(|| StoreError::internal("an item was left unanswered"))?;
         match (&mut out[unit.job], answer) {
@@ -96,7 +106,7 @@ pub(super) async fn run_in(
 }
 
 /// Each job alone, item by item, in its own transaction.
-async fn run_carefully(pool: &PgPool, jobs: &[Job]) -> Vec<StoreResult<Answer>> {
+async fn run_carefully(pool: &PgPool, jobs: &[&Job]) -> Vec<StoreResult<Answer>> {
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
         out.push(match job {
@@ -136,7 +146,7 @@ fn answer_wakes(answer: &StoreResult<Answer>) -> bool {
 /// it needs no `BEGIN` and `COMMIT` (two round trips of three); the rows
 /// that missed are read after it, as they stand, like in a transaction at
 /// `READ COMMITTED`.
-fn one_statement(jobs: &[Job]) -> bool {
+fn one_statement(jobs: &[&Job]) -> bool {
     let units = units(jobs);
     !jobs.iter().any(|j| matches!(j, Job::Extend { .. }))
         && rules::rounds(units.iter().map(|u| u.claim.receipt_id.as_str())).len() <= 1
@@ -145,7 +155,7 @@ fn one_statement(jobs: &[Job]) -> bool {
 /// Run a group of jobs as one durable transaction; a backend failure fails
 /// every job of the group, as it would have failed each alone. Returns the
 /// answers in job order and whether work became due.
-pub(super) async fn run_jobs(pool: &PgPool, jobs: &[Job]) -> (Vec<StoreResult<Answer>>, bool) {
+pub(super) async fn run_jobs(pool: &PgPool, jobs: &[&Job]) -> (Vec<StoreResult<Answer>>, bool) {
     let fail_all = |e: StoreError| -> (Vec<StoreResult<Answer>>, bool) {
         (jobs.iter().map(|_| Err(e.clone())).collect(), false)
     };
