@@ -102,11 +102,9 @@ async fn an_outcome_the_database_refuses_fails_alone_and_the_claim_is_made(fresh
     assert_eq!(state(&fresh, "bad", T0 + 1).await, ReceiptState::Leased);
 }
 
-async fn a_claim_the_database_fails_after_the_outcomes_keeps_them(fresh: Fresh) {
-    enqueue_new(&fresh, &["a", "b"].map(receipt), T0).await;
-    let a = claim(&fresh, "a", "doomed", T0, 30_000).await;
-    // The server fails any lease for worker "doomed" (as a time limit or a
-    // lock it gave up on would fail the claim), not the outcome's write.
+/// The server fails any lease for worker "doomed" (as a time limit or a
+/// lock it gave up on would fail the claim), not an outcome's write.
+async fn plant_doom(fresh: &Fresh) {
     let doom = if fresh.url.starts_with("sqlite:") {
         vec![
             "CREATE TRIGGER doom BEFORE UPDATE ON receipts WHEN NEW.lease_owner = 'doomed' \
@@ -121,8 +119,14 @@ async fn a_claim_the_database_fails_after_the_outcomes_keeps_them(fresh: Fresh) 
         ]
     };
     for sql in doom {
-        raw_exec(&fresh, sql).await.expect("plant the trigger");
+        raw_exec(fresh, sql).await.expect("plant the trigger");
     }
+}
+
+async fn a_claim_the_database_fails_after_the_outcomes_keeps_them(fresh: Fresh) {
+    enqueue_new(&fresh, &["a", "b"].map(receipt), T0).await;
+    let a = claim(&fresh, "a", "doomed", T0, 30_000).await;
+    plant_doom(&fresh).await;
     let reported = report(&fresh, "doomed", std::slice::from_ref(&a), 1, T0 + 1).await;
     assert_eq!(reported.results, [Ok(Route::NoAction)]);
     assert_class(&reported.claimed, StoreErrorClass::Backend);
@@ -181,6 +185,81 @@ async fn many_workers_report_and_claim_at_once(fresh: Fresh) {
     }
 }
 
+async fn outcomes_sent_alone_beside_claims_are_judged_alone(fresh: Fresh) {
+    // Outcomes sent alone, at the same time as reports and plain claims: an
+    // outcome the database refuses fails alone, and every other outcome and
+    // claim is made once, the right worker's answer carrying it.
+    let ids: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
+    enqueue_new(&fresh, &receipts, T0).await;
+    let mut held = Vec::new();
+    for id in &ids[..16] {
+        held.push(claim(&fresh, id, "w", T0, 30_000).await);
+    }
+    plant_refusal(&fresh, "r03").await;
+    let fresh = &fresh;
+    let (alone, reported) = held.split_at(14);
+    let recording = join_all(alone.iter().map(|c| async move {
+        let outcome = accepted(&format!("tx-{}", c.claim.receipt_id.as_str()));
+        record(fresh, &c.claim, &outcome, RetryPolicy::default(), T0 + 1).await
+    }));
+    let reporters = ["q0", "q1"];
+    let reporting = join_all(
+        reported
+            .iter()
+            .zip(reporters)
+            .map(|(c, name)| report(fresh, name, std::slice::from_ref(c), 2, T0 + 1)),
+    );
+    let claimers: Vec<_> = (0..8).map(|i| worker(&format!("p{i}"))).collect();
+    let claiming = join_all(
+        claimers
+            .iter()
+            .map(|w| store(fresh).claim_from(w, ms(T0 + 1), lease(30_000), limit(2), &[])),
+    );
+    let (recorded, reports, claims) = tokio::join!(recording, reporting, claiming);
+    for (result, id) in recorded.iter().zip(&ids) {
+        if id == "r03" {
+            assert_invalid(result);
+        } else {
+            assert_eq!(result, &Ok(Route::NoAction), "{id}");
+        }
+    }
+    let mut claimed = Vec::new();
+    for (reported, name) in reports.iter().zip(reporters) {
+        assert_eq!(reported.results, [Ok(Route::NoAction)]);
+        let due = reported.claimed.as_ref().expect("the claim is made");
+        assert_eq!(due.claims.len(), 2, "{name}");
+        assert!(
+            due.claims
+                .iter()
+                .all(|c| c.claim.lease_owner.as_str() == name)
+        );
+        claimed.extend(claimed_ids(reported));
+    }
+    for (due, w) in claims.iter().zip(&claimers) {
+        let due = due.as_ref().expect("the plain claim is made");
+        assert_eq!(due.claims.len(), 2, "{w:?}");
+        assert!(due.claims.iter().all(|c| &c.claim.lease_owner == w));
+        claimed.extend(
+            due.claims
+                .iter()
+                .map(|c| c.claim.receipt_id.as_str().to_owned()),
+        );
+    }
+    claimed.sort();
+    claimed.dedup();
+    assert_eq!(claimed.len(), 20);
+    assert!(claimed.iter().all(|id| ids[16..].contains(id)));
+    for id in &ids[..16] {
+        let expected = if id == "r03" {
+            ReceiptState::Leased
+        } else {
+            ReceiptState::Settled
+        };
+        assert_eq!(state(fresh, id, T0 + 1).await, expected, "{id}");
+    }
+}
+
 crate::on_every_backend!(
     the_outcomes_are_recorded_then_the_claim_is_made,
     a_report_sent_again_records_nothing_twice,
@@ -188,4 +267,5 @@ crate::on_every_backend!(
     an_outcome_the_database_refuses_fails_alone_and_the_claim_is_made,
     a_claim_the_database_fails_after_the_outcomes_keeps_them,
     many_workers_report_and_claim_at_once,
+    outcomes_sent_alone_beside_claims_are_judged_alone,
 );
