@@ -134,17 +134,24 @@ async fn a_claim_the_database_fails_after_the_outcomes_keeps_them(fresh: Fresh) 
     assert_eq!(state(&fresh, "b", T0 + 1).await, ReceiptState::Pending);
 }
 
+/// `total` receipts enqueued (`r00`, `r01`, …), the first sixteen claimed
+/// by "w": their ids, and the sixteen claims.
+async fn sixteen_held(fresh: &Fresh, total: usize) -> (Vec<String>, Vec<Claimed>) {
+    let ids: Vec<String> = (0..total).map(|i| format!("r{i:02}")).collect();
+    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
+    enqueue_new(fresh, &receipts, T0).await;
+    let mut held = Vec::new();
+    for id in &ids[..16] {
+        held.push(claim(fresh, id, "w", T0, 30_000).await);
+    }
+    (ids, held)
+}
+
 async fn many_workers_report_and_claim_at_once(fresh: Fresh) {
     // Concurrent reports and plain claims, as a busy server merges them:
     // every outcome is recorded once and every receipt claimed by one
     // worker, the right one's answer carrying it.
-    let ids: Vec<String> = (0..64).map(|i| format!("r{i:02}")).collect();
-    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
-    enqueue_new(&fresh, &receipts, T0).await;
-    let mut held = Vec::new();
-    for id in &ids[..16] {
-        held.push(claim(&fresh, id, "w", T0, 30_000).await);
-    }
+    let (ids, held) = sixteen_held(&fresh, 64).await;
     let names: Vec<String> = (0..held.len()).map(|i| format!("w{i}")).collect();
     let reporting = join_all(
         held.iter()
@@ -189,13 +196,7 @@ async fn outcomes_sent_alone_beside_claims_are_judged_alone(fresh: Fresh) {
     // Outcomes sent alone, at the same time as reports and plain claims: an
     // outcome the database refuses fails alone, and every other outcome and
     // claim is made once, the right worker's answer carrying it.
-    let ids: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
-    let receipts: Vec<_> = ids.iter().map(|id| receipt(id)).collect();
-    enqueue_new(&fresh, &receipts, T0).await;
-    let mut held = Vec::new();
-    for id in &ids[..16] {
-        held.push(claim(&fresh, id, "w", T0, 30_000).await);
-    }
+    let (ids, held) = sixteen_held(&fresh, 40).await;
     plant_refusal(&fresh, "r03").await;
     let fresh = &fresh;
     let (alone, reported) = held.split_at(14);
