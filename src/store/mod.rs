@@ -8,6 +8,7 @@ mod explain;
 pub mod fair;
 mod feed;
 mod group_list;
+mod new_receipt;
 pub mod postgres;
 mod row_status;
 mod rows;
@@ -30,48 +31,19 @@ pub use connect::{OpenError, open_store};
 pub use fair::DueClaims;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
 pub use group_list::{GLANCE_GROUPS, GroupQuery};
+pub use new_receipt::{Enqueued, NewReceipt};
 pub use row_status::Status;
 pub use search::{ReceiptFilter, SearchOrder, SearchPage, SearchResults};
 pub use stats::{STATS_KEEP_MS, STATS_MINUTE_MS, StatsCounts, StatsMinute, minute_of};
 pub use views::*;
 
 use crate::domain::{
-    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, Priority, ReceiptId,
-    RetryPolicy, Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
+    Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId, RetryPolicy,
+    Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
 };
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
-
-/// A receipt as a producer hands it over, already validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewReceipt {
-    pub receipt_id: ReceiptId,
-    /// Unix seconds, at most `i64::MAX`.
-    pub finalized_at: u64,
-    /// A JSON object, or `None` (same identity as an explicit null).
-    pub observation: Option<serde_json::Value>,
-    /// When it becomes due; `None` means now.
-    pub visible_at_ms: Option<UnixMs>,
-    /// Its group (part of its identity).
-    pub group: GroupName,
-    /// Its priority within the group (part of its identity).
-    pub priority: Priority,
-    /// The producer's trace context, handed to every claim of it (not part
-    /// of its identity: the first one stored is kept).
-    pub trace: Option<crate::domain::TraceContext>,
-}
-
-/// What enqueueing one receipt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enqueued {
-    /// Stored for the first time.
-    Created,
-    /// An identical receipt was already known; nothing changed.
-    Existing,
-    /// The id is known with a different `finalized_at` or observation; nothing changed.
-    Conflict,
-}
 
 /// What claiming one receipt by id found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,6 +226,12 @@ pub trait SettlementOutcomeStore: Send + Sync {
     /// that finished before `finished_before_ms`; returns how many. Active
     /// work and dead letters are never touched.
     async fn purge_finished(&self, finished_before_ms: UnixMs, limit: usize) -> StoreResult<u64>;
+
+    /// Whether this replica does the upkeep shared by all replicas of the
+    /// store (retention passes, vacuum) now: one of them does at a time.
+    fn does_upkeep(&self) -> bool {
+        true
+    }
 
     // The history feed (GET /v1/history).
 

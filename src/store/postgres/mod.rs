@@ -47,7 +47,7 @@ mod search;
 mod stats;
 mod turns;
 mod tx;
-mod vacuum;
+mod upkeep;
 mod write_round;
 mod writes;
 
@@ -96,8 +96,8 @@ pub struct PostgresStore {
     binding: SettlementStoreBinding,
     notify: Arc<Notify>,
     listener: AbortHandle,
-    /// The task keeping the receipts table vacuumed, when on.
-    vacuum: Option<AbortHandle>,
+    /// The upkeep lock and the vacuum, when this replica holds it.
+    upkeep: upkeep::Upkeep,
     /// Which server is the writer, and the task following it.
     primary: Arc<primary::Primary>,
     follower: AbortHandle,
@@ -151,9 +151,6 @@ impl Drop for PostgresStore {
     fn drop(&mut self) {
         self.listener.abort();
         self.follower.abort();
-        if let Some(vacuum) = &self.vacuum {
-            vacuum.abort();
-        }
     }
 }
 
@@ -347,6 +344,10 @@ impl SettlementOutcomeStore for PostgresStore {
     async fn purge_finished(&self, finished_before_ms: UnixMs, limit: usize) -> StoreResult<u64> {
         let before = finished_before_ms.as_i64();
         self.bounded(self.purge_with_horizon(before, limit)).await
+    }
+
+    fn does_upkeep(&self) -> bool {
+        self.upkeep.mine()
     }
 
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {

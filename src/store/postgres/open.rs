@@ -1,6 +1,6 @@
 //! Opening the PostgreSQL store: find the writer, migrate, build the pool
 //! (its connections following the writer), read the binding, and start the
-//! listener, the write and claim queues and the vacuum.
+//! listener, the write and claim queues and the upkeep.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::super::fair::Turn;
 use super::super::{explain, rules};
 use super::schema::{self, DEFAULT_SCHEMA, conn_info, prepare};
-use super::{PostgresStore, batcher, keepalive, listen, primary, vacuum};
+use super::{PostgresStore, batcher, keepalive, listen, primary, upkeep};
 use crate::domain::{SettlementStoreBinding, StoreError};
 use crate::store::{SharedStore, StoreResult};
 
@@ -160,7 +160,7 @@ impl PostgresStore {
             notify.clone(),
             Some(2),
         );
-        let vacuum = vacuum::start(primary.clone(), options.vacuum_dead_rows);
+        let upkeep = upkeep::start(primary.clone(), options.vacuum_dead_rows);
         // Last, once nothing can fail: the store's drop is what stops it.
         let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         Ok(Self {
@@ -168,7 +168,7 @@ impl PostgresStore {
             binding: SettlementStoreBinding::from_digest(digest),
             notify,
             listener,
-            vacuum,
+            upkeep,
             primary,
             follower,
             turn: Turn::default(),
@@ -180,7 +180,7 @@ impl PostgresStore {
 }
 
 /// A pool of one connection, kept until the writer changes: for a task
-/// that holds its connection for good (the `LISTEN`, the vacuum) and must
+/// that holds its connection for good (the `LISTEN`, the upkeep) and must
 /// not take one from the store's pool. Its socket gets the same timeouts as
 /// the pool's; `setup` runs on it after connecting.
 pub(super) fn one_kept_connection(

@@ -13,7 +13,7 @@
 //! - when the writer found is another server (another host, or a new
 //!   timeline behind the same name), or a connection answered read-only, the
 //!   search *fences* every connection opened before it: none is lent out
-//!   again, and the `LISTEN` and vacuum connections reconnect. The pool then
+//!   again, and the `LISTEN` and upkeep connections reconnect. The pool then
 //!   opens its connections at the writer.
 
 mod follow;

@@ -22,6 +22,7 @@ use settled::store::{NewReceipt, ReceiptState, SharedStore};
 use tokio::sync::Notify;
 
 mod coalescing;
+mod upkeep;
 
 /// Upper bound on waiting for a notification; the tests never sleep.
 const WAKE_BOUND: Duration = Duration::from_secs(10);

@@ -1,0 +1,142 @@
+//! Upkeep done by one replica for all: keeping the receipts table vacuumed
+//! while it churns, and the retention passes (src/retention.rs). The
+//! replica whose upkeep connection holds the upkeep lock (a PostgreSQL
+//! advisory lock, taken once a second by whichever replica finds it free)
+//! does them; when its connection goes, its process with it, another
+//! replica takes the lock within a second or so. So N replicas cost the
+//! database one look a second and one vacuum or retention pass, not N.
+//!
+//! Every claim and every outcome leaves a dead row version behind, and its
+//! index entries stay until a `VACUUM` removes them: claims and
+//! `/v1/status` start their scans at the head of their indexes, where those
+//! entries pile up, and step over each of them. Autovacuum's default
+//! trigger (a fifth of the table dead, looked at once a minute) comes late
+//! for a queue, and it may be off; so the upkeep replica looks once a
+//! second and vacuums the table when its dead row versions reach both
+//! `--pg-vacuum-dead-rows` and a tenth of its live rows (docs/deployment.md,
+//! "Vacuum"). `SKIP_LOCKED`: a vacuum of autovacuum's or an operator's is
+//! not queued behind. The connection moves when the writer changes (a
+//! standby cannot vacuum).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::Executor;
+use sqlx::postgres::PgPool;
+use tokio::task::AbortHandle;
+
+use super::primary::Primary;
+
+/// The second key of the upkeep lock (the first is the turns' class).
+const UPKEEP: i32 = 3;
+
+/// How often the lock is looked at and the dead row versions are counted
+/// (a read of the statistics, not of the table).
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// After a failure, the next look waits this long (one warning each time).
+const AFTER_FAILURE: Duration = Duration::from_secs(60);
+
+/// This replica's upkeep: whether it holds the upkeep lock, and the task
+/// that takes it and vacuums.
+pub(super) struct Upkeep {
+    mine: Arc<AtomicBool>,
+    task: AbortHandle,
+}
+
+impl Upkeep {
+    /// Whether this replica does the upkeep now.
+    pub fn mine(&self) -> bool {
+        self.mine.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Upkeep {
+    fn drop(&mut self) {
+        // Ending the task closes its connection, which gives the lock back.
+        self.task.abort();
+    }
+}
+
+/// Start taking the upkeep lock; vacuum `receipts` when at least `dead_rows`
+/// of its row versions are dead (never when 0: left to autovacuum).
+pub(super) fn start(primary: Arc<Primary>, dead_rows: u64) -> Upkeep {
+    let dead_rows = i64::try_from(dead_rows).unwrap_or(i64::MAX);
+    let mine = Arc::new(AtomicBool::new(false));
+    let task = tokio::spawn(run(primary, dead_rows, mine.clone())).abort_handle();
+    Upkeep { mine, task }
+}
+
+/// A connection of its own, opened at the first look and kept: it holds the
+/// lock, a vacuum must not hold one of the store's, and it runs without the
+/// requests' `statement_timeout` (a large table takes longer).
+fn kept_pool(primary: &Arc<Primary>) -> PgPool {
+    super::one_kept_connection(primary, Some("SET statement_timeout = 0"))
+        .connect_lazy_with(primary.options())
+}
+
+async fn run(primary: Arc<Primary>, dead_rows: i64, mine: Arc<AtomicBool>) {
+    let mut generation = primary.generation();
+    let mut pool = kept_pool(&primary);
+    loop {
+        tokio::time::sleep(LOOK_EVERY).await;
+        if generation.has_changed().unwrap_or(false) {
+            generation.mark_unchanged();
+            mine.store(false, Ordering::Relaxed);
+            let old = std::mem::replace(&mut pool, kept_pool(&primary));
+            tokio::spawn(async move { old.close().await });
+        }
+        if let Err(error) = look(&pool, dead_rows, &mine).await {
+            mine.store(false, Ordering::Relaxed);
+            tracing::warn!(%error, "cannot do the upkeep (vacuum, retention); trying again in a minute");
+            tokio::time::sleep(AFTER_FAILURE).await;
+        }
+    }
+}
+
+/// Whether this connection holds the upkeep lock, taking it if it is free
+/// (held already: not taken again, which would stack it), and the dead and
+/// live row versions. A connection the pool opened again after a failure
+/// holds nothing, which the lock table says.
+const LOOK: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+       AND pid = pg_backend_pid() AND granted AND classid = $1 AND objid = $2 AND objsubid = 2) \
+     THEN true ELSE pg_try_advisory_lock($1, $2) END, \
+     pg_stat_get_dead_tuples('receipts'::regclass), pg_stat_get_live_tuples('receipts'::regclass)";
+
+async fn look(pool: &PgPool, dead_rows: i64, mine: &AtomicBool) -> sqlx::Result<()> {
+    let (held, dead, live): (bool, i64, i64) = sqlx::query_as(LOOK)
+        .bind(super::turns::CLASS)
+        .bind(UPKEEP)
+        .fetch_one(pool)
+        .await?;
+    if mine.swap(held, Ordering::Relaxed) != held {
+        tracing::info!(
+            held,
+            "this replica's turn at the upkeep (vacuum, retention) changed"
+        );
+    }
+    if !held || dead_rows == 0 || dead < dead_rows.max(live / 10) {
+        return Ok(());
+    }
+    let started = Instant::now();
+    vacuum(pool).await?;
+    tracing::debug!(
+        dead,
+        live,
+        took_ms = started.elapsed().as_millis() as u64,
+        "vacuumed the receipts table"
+    );
+    Ok(())
+}
+
+async fn vacuum(pool: &PgPool) -> sqlx::Result<()> {
+    // Not in a transaction (VACUUM refuses one): a simple query of its own.
+    // No truncation of empty pages at the end of the table: it would take
+    // the table's exclusive lock, stalling requests (and standbys' reads)
+    // for space a queue's table soon fills again.
+    pool.execute(sqlx::raw_sql(
+        "VACUUM (SKIP_LOCKED, TRUNCATE false) receipts",
+    ))
+    .await?;
+    Ok(())
+}
