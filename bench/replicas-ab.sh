@@ -7,6 +7,7 @@
 #   bench/replicas-ab.sh OLD/target/release/settled-bench target/release/settled-bench > rep.jsonl
 #   bench/ab-summary.py rep.jsonl
 # PG_URL (default postgres://postgres@127.0.0.1:5432/postgres) is the server; ROUNDS default 3.
+# NEW_REPLICA_ARGS (such as --forward) are given to the new build with 2 replicas or more.
 set -u
 BASE=$1 NEW=$2
 ROUNDS=${ROUNDS:-3} RECEIPTS=${RECEIPTS:-20000}
@@ -18,8 +19,11 @@ for round in $(seq 1 "$ROUNDS"); do
       [ "$shape" = carried ] && carry=(--carry)
       for label in base new; do
         bin=$([ "$label" = base ] && echo "$BASE" || echo "$NEW")
+        extra=()
+        [ "$label" = new ] && [ "$replicas" -gt 1 ] && read -ra extra <<< "${NEW_REPLICA_ARGS:-}"
         result=$("$bin" --spawn postgres --postgres-url "$PG_URL" --replicas "$replicas" \
-          --receipts "$RECEIPTS" --workers 64 --batch 1 "${carry[@]}" --no-inprocess --json \
+          --receipts "$RECEIPTS" --workers 64 --batch 1 "${carry[@]}" "${extra[@]}" \
+          --no-inprocess --json \
           2>/dev/null | tail -n1)
         echo "{\"label\":\"$label\",\"round\":$round,\"workload\":\"pg_r${replicas}_$shape\",\"result\":${result:-null}}"
       done

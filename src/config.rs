@@ -154,6 +154,12 @@ pub struct ServeArgs {
     /// defaults (hours). The connection string's keepalives* and tcp_user_timeout win.
     #[arg(long, env = "SETTLED_PG_TCP_TIMEOUT_MS", default_value_t = PostgresOptions::default().tcp_timeout_ms)]
     pub pg_tcp_timeout_ms: u64,
+    /// PostgreSQL: the URL at which the other replicas of the database reach this one, such as
+    /// `http://10.0.0.5:8080`. The replica doing the upkeep then takes the others' claims and
+    /// outcomes and runs them as few statements and commits; each replica sends its own there
+    /// while it can reach it, and serves them itself while it cannot. Set it on every replica.
+    #[arg(long, env = "SETTLED_ADVERTISE_URL", value_parser = parse_advertise_url)]
+    pub advertise_url: Option<String>,
     /// Remove settled and skipped receipts (and their history) this long after they finished,
     /// e.g. `30d` or `12h`. Dead letters are kept until redriven. Off when absent. A removed
     /// receipt is forgotten: enqueueing its id again creates a new receipt, so keep this
@@ -230,6 +236,23 @@ fn parse_schema(text: &str) -> Result<String, String> {
     crate::store::postgres::check_schema_name(text).map(|()| text.to_owned())
 }
 
+/// An advertised URL: `http` or `https`, a host, no path, query or
+/// credentials; kept without a trailing slash, as request paths are added.
+fn parse_advertise_url(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    let plain = matches!(url.scheme(), "http" | "https")
+        && url.has_host()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && url.password().is_none();
+    if !plain || text.len() > 2048 {
+        return Err("an advertised URL is http:// or https://, a host and a port, no path".into());
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
 /// An idle timeout: a duration of 1 s ..= 1 h.
 fn parse_idle_timeout(text: &str) -> Result<std::time::Duration, String> {
     let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
@@ -282,6 +305,7 @@ impl ServeArgs {
             schema: self.pg_schema.clone(),
             vacuum_dead_rows: self.pg_vacuum_dead_rows,
             tcp_timeout_ms: self.pg_tcp_timeout_ms,
+            advertise_url: self.advertise_url.clone(),
         }
     }
 }

@@ -46,6 +46,11 @@ pub enum StartError {
     Limits(String),
     #[error("invalid --allowed-host: {0}")]
     AllowedHost(String),
+    #[error(
+        "--advertise-url {0} names a host this replica does not answer without tokens: \
+         advertise a loopback address, or configure tokens (--token ROLE:TOKEN)"
+    )]
+    AdvertiseUrl(String),
     #[error("invalid token: {0}")]
     Token(#[from] crate::http::middleware::auth::TokenError),
     #[error("server failed: {0}")]
@@ -83,6 +88,14 @@ pub async fn run(
         return Err(StartError::AnonymousNonLoopback(args.listen));
     }
     let hosts = AllowedHosts::loopback_and(&args.allowed_hosts).map_err(StartError::AllowedHost)?;
+    // Without tokens a replica answers its allowed host names only, so the
+    // others' forwarded requests would be refused.
+    if let Some(url) = &args.advertise_url {
+        let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        if tokens.is_empty() && !hosts.allows(authority) {
+            return Err(StartError::AdvertiseUrl(url.clone()));
+        }
+    }
     let streams = args.stream_limits().map_err(StartError::Limits)?;
     // Bind before the database is created or migrated: a port in use must
     // not leave a new database behind.

@@ -228,6 +228,7 @@ pub fn app(state: AppState) -> Router {
     } else {
         origin::AllowedHosts::any()
     };
+    let forwarder = middleware::forward::Forwarder::new(state.store.clone());
     let (router, doc) = routes::api_router().split_for_parts();
     let access =
         auth::Access::of(&doc, other_templates()).expect("every /v1 operation declares its roles");
@@ -263,6 +264,12 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             guard,
             auth::require_token,
+        ))
+        // Before the body's read timeout, which changes the body's type; the
+        // request's own time limit bounds a body sent on.
+        .layer(axum::middleware::from_fn_with_state(
+            forwarder,
+            middleware::forward::forward,
         ))
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .service(routes);

@@ -233,6 +233,12 @@ pub trait SettlementOutcomeStore: Send + Sync {
         true
     }
 
+    /// Where another replica takes this replica's claims and outcomes
+    /// (src/http/middleware/forward.rs); `None`: this one serves them.
+    fn forward_to(&self) -> Option<String> {
+        None
+    }
+
     // The history feed (GET /v1/history).
 
     /// Up to `limit` history entries after `start` in commit order, across

@@ -3,6 +3,7 @@
 //! streams.
 
 pub mod auth;
+pub mod forward;
 pub mod metrics;
 pub mod observe;
 pub mod origin;

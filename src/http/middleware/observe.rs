@@ -129,7 +129,14 @@ pub async fn observe(
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
-    metrics.request(method, route, status, seconds);
+    // A request sent on is counted once, by the replica that served it.
+    if response
+        .extensions()
+        .get::<super::forward::SentOn>()
+        .is_none()
+    {
+        metrics.request(method, route, status, seconds);
+    }
     let latency_ms = seconds * 1000.0;
     let caller = actor(seen.caller());
     match response.extensions_mut().remove::<Internal>() {

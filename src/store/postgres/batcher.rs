@@ -85,7 +85,7 @@ impl<J: Mergeable> Batcher<J> {
         tasks: usize,
         bound: Option<Duration>,
         notify: Arc<Notify>,
-        turns: Option<i32>,
+        turns: Option<(i32, Arc<AtomicBool>)>,
     ) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
         let waiting = Arc::new(Waiting {
@@ -94,7 +94,7 @@ impl<J: Mergeable> Batcher<J> {
             crowded: Notify::new(),
             closed: AtomicBool::new(false),
         });
-        let turns = turns.map(|key| Turns::new(pool.clone(), key));
+        let turns = turns.map(|(key, leading)| Turns::new(pool.clone(), key, leading));
         tokio::spawn(serve(
             pool.clone(),
             waiting.clone(),

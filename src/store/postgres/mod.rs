@@ -350,6 +350,10 @@ impl SettlementOutcomeStore for PostgresStore {
         self.upkeep.mine()
     }
 
+    fn forward_to(&self) -> Option<String> {
+        self.upkeep.holder_url()
+    }
+
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
         self.bounded(self.feed_page(start, limit)).await
     }

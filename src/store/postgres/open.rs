@@ -32,6 +32,9 @@ pub struct PostgresOptions {
     /// Give up on a server that stops answering without a reset after about
     /// this long (TCP keepalives, `TCP_USER_TIMEOUT`); 0 leaves the system's.
     pub tcp_timeout_ms: u64,
+    /// Where this replica takes the other replicas' claims and outcomes while
+    /// it does the upkeep (src/store/postgres/upkeep.rs); none: it takes none.
+    pub advertise_url: Option<String>,
 }
 
 impl Default for PostgresOptions {
@@ -43,6 +46,7 @@ impl Default for PostgresOptions {
             schema: DEFAULT_SCHEMA.to_owned(),
             vacuum_dead_rows: 20_000,
             tcp_timeout_ms: 10_000,
+            advertise_url: None,
         }
     }
 }
@@ -146,21 +150,28 @@ impl PostgresStore {
         let listener = listen::start(primary.clone(), acquire_timeout, notify.clone()).await?;
         let bound = (statement_timeout > 0)
             .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2);
+        // Set while this replica takes the others' writes: then it takes no turns.
+        let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writes = batcher::Batcher::start(
             pool.clone(),
             write_tasks(options.max_connections),
             bound,
             notify.clone(),
-            Some(1),
+            Some((1, leading.clone())),
         );
         let claims = batcher::Batcher::start(
             pool.clone(),
             write_tasks(options.max_connections),
             bound,
             notify.clone(),
-            Some(2),
+            Some((2, leading.clone())),
         );
-        let upkeep = upkeep::start(primary.clone(), options.vacuum_dead_rows);
+        let upkeep = upkeep::start(
+            primary.clone(),
+            options.vacuum_dead_rows,
+            options.advertise_url.clone(),
+            leading,
+        );
         // Last, once nothing can fail: the store's drop is what stops it.
         let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         Ok(Self {

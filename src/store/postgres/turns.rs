@@ -10,6 +10,8 @@
 //! shared lock that says it is there, and the others are counted once a
 //! second.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::{PgConnection, PgPool};
@@ -48,13 +50,17 @@ pub(super) struct Turns {
     /// Whether another replica's queue of this kind was there, and when
     /// that was counted.
     others: Option<(bool, Instant)>,
+    leading: Arc<AtomicBool>,
 }
 
 impl Turns {
-    pub fn new(pool: PgPool, key: i32) -> Self {
+    /// `leading`: whether this replica takes the others' writes now (they
+    /// send it theirs, src/store/postgres/upkeep.rs), when it takes no turns.
+    pub fn new(pool: PgPool, key: i32, leading: Arc<AtomicBool>) -> Self {
         Self {
             pool,
             key,
+            leading,
             conn: None,
             opening: None,
             others: None,
@@ -64,6 +70,9 @@ impl Turns {
     /// Wait for this queue's turn: whether it was taken (then it must be
     /// given back).
     pub async fn take(&mut self) -> bool {
+        if self.leading.load(Ordering::Relaxed) {
+            return false;
+        }
         self.follow_opening().await;
         if !self.others_there().await {
             return false;
@@ -213,13 +222,13 @@ mod tests {
         };
         let pool = store.pool.clone();
         // The store's own queues are there too: keys of their own here.
-        let mut a = Turns::new(pool.clone(), 11);
+        let mut a = Turns::new(pool.clone(), 11, std::sync::Arc::default());
         assert!(!a.take().await, "nothing waits for a turn connection");
         assert!(
             !opened(&mut a).await.take().await,
             "alone, no turn is taken"
         );
-        let mut b = Turns::new(pool.clone(), 11);
+        let mut b = Turns::new(pool.clone(), 11, std::sync::Arc::default());
         assert!(
             opened(&mut b).await.take().await,
             "with another there, a turn is taken"
@@ -234,9 +243,9 @@ mod tests {
         );
         b.give_back().await;
         assert!(a.take().await, "a turn given back is taken");
-        let mut other = Turns::new(pool.clone(), 12);
+        let mut other = Turns::new(pool.clone(), 12, std::sync::Arc::default());
         assert!(!opened(&mut other).await.take().await);
-        let mut third = Turns::new(pool.clone(), 12);
+        let mut third = Turns::new(pool.clone(), 12, std::sync::Arc::default());
         assert!(
             opened(&mut third).await.take().await,
             "another queue's turn is its own"
@@ -248,6 +257,14 @@ mod tests {
         a.others = None;
         assert!(opened(&mut a).await.take().await);
         a.give_back().await;
+        // While this replica takes the others' writes, it takes no turn,
+        // free as it is.
+        a.leading.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            !a.take().await,
+            "a replica taking the others' writes takes no turn"
+        );
+        a.leading.store(false, std::sync::atomic::Ordering::Relaxed);
         // With every pooled connection busy, a group does not wait for one.
         let mut held = Vec::new();
         while let Ok(Ok(conn)) =
@@ -255,7 +272,7 @@ mod tests {
         {
             held.push(conn);
         }
-        let mut starved = Turns::new(pool.clone(), 13);
+        let mut starved = Turns::new(pool.clone(), 13, std::sync::Arc::default());
         let started = Instant::now();
         assert!(!starved.take().await);
         assert!(

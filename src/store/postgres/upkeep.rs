@@ -5,6 +5,9 @@
 //! does them; when its connection goes, its process with it, another
 //! replica takes the lock within a second or so. So N replicas cost the
 //! database one look a second and one vacuum or retention pass, not N.
+//! With `--advertise-url` the holder also says where it listens
+//! (`upkeep_holder`, migrations/postgres/0021_upkeep_holder.sql), and the
+//! other replicas send it their claims and outcomes (src/http/forward.rs).
 //!
 //! Every claim and every outcome leaves a dead row version behind, and its
 //! index entries stay until a `VACUUM` removes them: claims and
@@ -18,8 +21,8 @@
 //! not queued behind. The connection moves when the writer changes (a
 //! standby cannot vacuum).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use sqlx::Executor;
@@ -40,14 +43,44 @@ const AFTER_FAILURE: Duration = Duration::from_secs(60);
 /// This replica's upkeep: whether it holds the upkeep lock, and the task
 /// that takes it and vacuums.
 pub(super) struct Upkeep {
-    mine: Arc<AtomicBool>,
+    seen: Arc<Seen>,
     task: AbortHandle,
+}
+
+/// What the last look saw.
+#[derive(Default)]
+struct Seen {
+    mine: AtomicBool,
+    /// Held and advertised: the others send their claims and outcomes here.
+    leading: Arc<AtomicBool>,
+    /// Where the holder takes claims and outcomes, when another replica
+    /// holds the lock and advertised a URL.
+    holder_url: RwLock<Option<String>>,
+}
+
+impl Seen {
+    fn lost(&self) {
+        self.mine.store(false, Ordering::Relaxed);
+        self.leading.store(false, Ordering::Relaxed);
+        self.set_url(None);
+    }
+
+    fn set_url(&self, url: Option<String>) {
+        if let Ok(mut held) = self.holder_url.write() {
+            *held = url;
+        }
+    }
 }
 
 impl Upkeep {
     /// Whether this replica does the upkeep now.
     pub fn mine(&self) -> bool {
-        self.mine.load(Ordering::Relaxed)
+        self.seen.mine.load(Ordering::Relaxed)
+    }
+
+    /// Where another replica, the holder, takes claims and outcomes.
+    pub fn holder_url(&self) -> Option<String> {
+        self.seen.holder_url.read().ok()?.clone()
     }
 }
 
@@ -60,11 +93,34 @@ impl Drop for Upkeep {
 
 /// Start taking the upkeep lock; vacuum `receipts` when at least `dead_rows`
 /// of its row versions are dead (never when 0: left to autovacuum).
-pub(super) fn start(primary: Arc<Primary>, dead_rows: u64) -> Upkeep {
+/// `advertise`: where this replica takes the others' claims and outcomes
+/// while it holds the lock.
+/// `leading` is set while it does (the write queues then take no turns).
+pub(super) fn start(
+    primary: Arc<Primary>,
+    dead_rows: u64,
+    advertise: Option<String>,
+    leading: Arc<AtomicBool>,
+) -> Upkeep {
     let dead_rows = i64::try_from(dead_rows).unwrap_or(i64::MAX);
-    let mine = Arc::new(AtomicBool::new(false));
-    let task = tokio::spawn(run(primary, dead_rows, mine.clone())).abort_handle();
-    Upkeep { mine, task }
+    let seen = Arc::new(Seen {
+        leading,
+        ..Seen::default()
+    });
+    let looks = Looks {
+        dead_rows,
+        advertise,
+        seen: seen.clone(),
+    };
+    let task = tokio::spawn(run(primary, looks)).abort_handle();
+    Upkeep { seen, task }
+}
+
+/// What each look needs.
+struct Looks {
+    dead_rows: i64,
+    advertise: Option<String>,
+    seen: Arc<Seen>,
 }
 
 /// A connection of its own, opened at the first look and kept: it holds the
@@ -75,19 +131,24 @@ fn kept_pool(primary: &Arc<Primary>) -> PgPool {
         .connect_lazy_with(primary.options())
 }
 
-async fn run(primary: Arc<Primary>, dead_rows: i64, mine: Arc<AtomicBool>) {
+async fn run(primary: Arc<Primary>, looks: Looks) {
     let mut generation = primary.generation();
     let mut pool = kept_pool(&primary);
+    // The first look at once: a replica that starts does the upkeep, or
+    // learns which one does, within moments.
+    let mut first = true;
     loop {
-        tokio::time::sleep(LOOK_EVERY).await;
+        if !std::mem::take(&mut first) {
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
         if generation.has_changed().unwrap_or(false) {
             generation.mark_unchanged();
-            mine.store(false, Ordering::Relaxed);
+            looks.seen.lost();
             let old = std::mem::replace(&mut pool, kept_pool(&primary));
             tokio::spawn(async move { old.close().await });
         }
-        if let Err(error) = look(&pool, dead_rows, &mine).await {
-            mine.store(false, Ordering::Relaxed);
+        if let Err(error) = look(&pool, &looks).await {
+            looks.seen.lost();
             tracing::warn!(%error, "cannot do the upkeep (vacuum, retention); trying again in a minute");
             tokio::time::sleep(AFTER_FAILURE).await;
         }
@@ -95,26 +156,46 @@ async fn run(primary: Arc<Primary>, dead_rows: i64, mine: Arc<AtomicBool>) {
 }
 
 /// Whether this connection holds the upkeep lock, taking it if it is free
-/// (held already: not taken again, which would stack it), and the dead and
-/// live row versions. A connection the pool opened again after a failure
+/// (held already: not taken again, which would stack it), the dead and live
+/// row versions, and the URL the holder wrote, if the connection that wrote
+/// it holds the lock. A connection the pool opened again after a failure
 /// holds nothing, which the lock table says.
 const LOOK: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
        AND pid = pg_backend_pid() AND granted AND classid = $1 AND objid = $2 AND objsubid = 2) \
      THEN true ELSE pg_try_advisory_lock($1, $2) END, \
-     pg_stat_get_dead_tuples('receipts'::regclass), pg_stat_get_live_tuples('receipts'::regclass)";
+     pg_stat_get_dead_tuples('receipts'::regclass), pg_stat_get_live_tuples('receipts'::regclass), \
+     (SELECT h.url FROM upkeep_holder AS h JOIN pg_locks AS l ON l.pid = h.pid \
+       WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 \
+       AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database \
+         WHERE datname = current_database()))";
 
-async fn look(pool: &PgPool, dead_rows: i64, mine: &AtomicBool) -> sqlx::Result<()> {
-    let (held, dead, live): (bool, i64, i64) = sqlx::query_as(LOOK)
+/// The holder's row: where it takes claims and outcomes (none without
+/// `--advertise-url`), and its connection's pid.
+const HOLDER: &str = "INSERT INTO upkeep_holder (url, pid) VALUES ($1, pg_backend_pid()) \
+     ON CONFLICT (only_row) DO UPDATE SET url = excluded.url, pid = excluded.pid";
+
+async fn look(pool: &PgPool, looks: &Looks) -> sqlx::Result<()> {
+    let (held, dead, live, url): (bool, i64, i64, Option<String>) = sqlx::query_as(LOOK)
         .bind(super::turns::CLASS)
         .bind(UPKEEP)
         .fetch_one(pool)
         .await?;
-    if mine.swap(held, Ordering::Relaxed) != held {
+    if looks.seen.mine.swap(held, Ordering::Relaxed) != held {
         tracing::info!(
             held,
             "this replica's turn at the upkeep (vacuum, retention) changed"
         );
     }
+    if held && url != looks.advertise {
+        sqlx::query(HOLDER)
+            .bind(&looks.advertise)
+            .execute(pool)
+            .await?;
+    }
+    looks.seen.set_url(url.filter(|_| !held));
+    let leading = held && looks.advertise.is_some();
+    looks.seen.leading.store(leading, Ordering::Relaxed);
+    let dead_rows = looks.dead_rows;
     if !held || dead_rows == 0 || dead < dead_rows.max(live / 10) {
         return Ok(());
     }

@@ -183,6 +183,17 @@ fn an_invalid_schema_name_is_refused_with_the_rule() {
 }
 
 #[test]
+fn an_advertised_url_other_replicas_could_not_use_is_refused() {
+    let _turn = crate::turn(module_path!());
+    refused(&["--advertise-url", "http://10.0.0.5:8080/settled"]).says(&["no path"]);
+    refused(&["--advertise-url", "ftp://10.0.0.5"]).says(&["http:// or https://"]);
+    // Without tokens a replica answers loopback names only: the others'
+    // forwarded requests would be refused.
+    refused(&["--advertise-url", "http://10.0.0.5:8080"])
+        .says(&["--advertise-url http://10.0.0.5:8080", "configure tokens"]);
+}
+
+#[test]
 fn a_refused_retry_policy_is_printed_once() {
     let _turn = crate::turn(module_path!());
     let answer = refused(&["--max-retries", "33", "--log-format", "text"]);

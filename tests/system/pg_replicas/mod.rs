@@ -40,14 +40,41 @@ const WORKLOAD_BOUND: Duration = Duration::from_secs(50);
 /// Start `n` replicas at once (they migrate the same fresh database
 /// concurrently); their log lines, but for the listening one, are shown.
 async fn start_replicas(dir: &std::path::Path, n: usize, args: &[&str]) -> Vec<Server> {
+    start_replicas_as(dir, n, args, false).await
+}
+
+/// [`start_replicas`]; with `advertise`, each on a port picked first, which
+/// it advertises (`--advertise-url`) so that the others send it their
+/// workers' writes while it does the upkeep.
+async fn start_replicas_as(
+    dir: &std::path::Path,
+    n: usize,
+    args: &[&str],
+    advertise: bool,
+) -> Vec<Server> {
     let starting: Vec<_> = (0..n)
-        .map(|_| Launch::new(dir).args(args).echo().spawn())
+        .map(|_| {
+            let mut launch = Launch::new(dir).args(args).echo();
+            if advertise {
+                let address = free_address();
+                launch = launch
+                    .listen(&address)
+                    .args(&["--advertise-url", &format!("http://{address}")]);
+            }
+            launch.spawn()
+        })
         .collect();
     let mut replicas = Vec::new();
     for replica in starting {
         replicas.push(replica.ready_async().await);
     }
     replicas
+}
+
+/// A loopback address with a port free a moment ago.
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").to_string()
 }
 
 pub(crate) fn client() -> reqwest::Client {
@@ -89,6 +116,7 @@ pub(crate) async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (
     send(client, reqwest::Method::POST, url, Some(body)).await
 }
 
+mod forwarding;
 mod rail;
 mod workers;
 
@@ -97,6 +125,17 @@ use workers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_settle_every_receipt_once_under_racing_workers() {
+    racing_workers(false).await;
+}
+
+/// The same workload with the replicas advertising their URLs: the workers'
+/// writes go to the replica doing the upkeep, whichever replica they reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_that_send_writes_on_settle_every_receipt_once_under_racing_workers() {
+    racing_workers(true).await;
+}
+
+async fn racing_workers(advertise: bool) {
     let _turn = crate::turn(module_path!());
     let Some(url) = common::fresh_postgres_url().await else {
         return;
@@ -104,7 +143,7 @@ async fn three_replicas_settle_every_receipt_once_under_racing_workers() {
     let dir = tempfile::tempdir().expect("temp dir");
     let args = replica_args(&url);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let replicas = start_replicas(dir.path(), REPLICAS, &args).await;
+    let replicas = start_replicas_as(dir.path(), REPLICAS, &args, advertise).await;
     let client = client();
     let bindings = store_bindings(&client, &replicas).await;
     assert!(

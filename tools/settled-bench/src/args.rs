@@ -69,6 +69,10 @@ pub struct Args {
     /// (`outcomes` of `POST /v1/claims`): one request per batch instead of two.
     #[arg(long)]
     pub carry: bool,
+    /// With --replicas: each replica advertises its URL (`--advertise-url`),
+    /// so that the one doing the upkeep takes the others' claims and outcomes.
+    #[arg(long)]
+    pub forward: bool,
     /// Lease length of claims.
     #[arg(long, default_value_t = 60_000)]
     pub lease_ms: u64,

@@ -126,8 +126,12 @@ async fn bench(args: &Args, dbs: &mut Vec<FreshDb>) -> Res<Report> {
             ));
         }
         let servers = (0..args.replicas)
-            .map(|_| Server::spawn(&url))
+            .map(|_| Server::spawn(&url, args.forward))
             .collect::<Res<Vec<_>>>()?;
+        if args.forward {
+            // Each replica looks for the upkeep's holder once a second.
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
         let apis = servers
             .iter()
             .map(|s| Api::new(&s.base, None))

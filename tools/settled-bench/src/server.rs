@@ -102,8 +102,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// Start the `settled` binary next to this executable on `database_url`.
-    pub fn spawn(database_url: &str) -> Res<Self> {
+    /// Start the `settled` binary next to this executable on `database_url`;
+    /// with `advertise`, on a port picked first and advertised to the other
+    /// replicas (`--advertise-url`).
+    pub fn spawn(database_url: &str, advertise: bool) -> Res<Self> {
         let exe = std::env::current_exe()?.with_file_name("settled");
         if !exe.exists() {
             return Err(err(format!(
@@ -121,7 +123,16 @@ impl Server {
             .stderr(Stdio::inherit());
         // Its log is passed on, but for the line naming its address and the
         // one saying it shuts down (expected at the end of every run).
-        let spawned = process::spawn(command, "127.0.0.1:0", |line| {
+        let mut listen = "127.0.0.1:0".to_owned();
+        if advertise {
+            // Free a moment ago; the server fails to start if another took it.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            listen = format!("127.0.0.1:{port}");
+            command.args(["--advertise-url", &format!("http://{listen}")]);
+        }
+        let spawned = process::spawn(command, &listen, |line| {
             if process::address_in(line).is_none() && !line.contains("shutting down") {
                 eprintln!("[settled] {line}");
             }
