@@ -154,8 +154,8 @@ pub struct ServeArgs {
     /// defaults (hours). The connection string's keepalives* and tcp_user_timeout win.
     #[arg(long, env = "SETTLED_PG_TCP_TIMEOUT_MS", default_value_t = PostgresOptions::default().tcp_timeout_ms)]
     pub pg_tcp_timeout_ms: u64,
-    /// PostgreSQL: the URL at which the other replicas of the database reach this one, such as
-    /// `http://10.0.0.5:8080`. The replica doing the upkeep then takes the others' claims and
+    /// PostgreSQL: the URL at which the other replicas of the database reach this one on their
+    /// private network, such as `http://10.0.0.5:8080` (http, a host and a port). The replica doing the upkeep then takes the others' claims and
     /// outcomes and runs them as few statements and commits; each replica sends its own there
     /// while it can reach it, and serves them itself while it cannot. Set it on every replica.
     #[arg(long, env = "SETTLED_ADVERTISE_URL", value_parser = parse_advertise_url)]
@@ -236,11 +236,12 @@ fn parse_schema(text: &str) -> Result<String, String> {
     crate::store::postgres::check_schema_name(text).map(|()| text.to_owned())
 }
 
-/// An advertised URL: `http` or `https`, a host, no path, query or
-/// credentials; kept without a trailing slash, as request paths are added.
+/// An advertised URL: `http`, a host, no path, query or credentials; kept
+/// without a trailing slash, as request paths are added. Not `https`: the
+/// replicas forward to each other without TLS, on their private network.
 fn parse_advertise_url(text: &str) -> Result<String, String> {
     let url = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
-    let plain = matches!(url.scheme(), "http" | "https")
+    let plain = url.scheme() == "http"
         && url.has_host()
         && url.path() == "/"
         && url.query().is_none()
@@ -248,7 +249,7 @@ fn parse_advertise_url(text: &str) -> Result<String, String> {
         && url.username().is_empty()
         && url.password().is_none();
     if !plain || text.len() > 2048 {
-        return Err("an advertised URL is http:// or https://, a host and a port, no path".into());
+        return Err("an advertised URL is http://, a host and a port, no path".into());
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }

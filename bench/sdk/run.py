@@ -4,7 +4,7 @@
     bash clients/ci-setup.sh run, then:
     clients/python/.venv/bin/python bench/sdk/run.py [--backend sqlite|postgres]
         [--receipts 50000] [--rounds 3] [--concurrency 8] [--processes 1]
-        [--langs python,node,java] [--no-bench] [--replicas 1]
+        [--langs python,node,java] [--no-bench] [--replicas 1] [--forward]
     (SETTLED_RELEASE_DIR: where the release binaries are, if not target/release; Java needs
     bash clients/java/build.sh first.)
 
@@ -16,7 +16,8 @@ enqueued first. An SDK run's time is from starting the worker processes to /v1/s
 counting every receipt settled (process start-up included). Prints each figure and the
 medians, as receipts settled per second. With --replicas N (PostgreSQL) N servers share the one
 database: the bench spreads its workers over them (settled-bench --replicas), and worker process
-i talks to server i mod N.
+i talks to server i mod N; with --forward each advertises its URL, and the one doing the upkeep
+runs every replica's worker writes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -39,11 +41,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(os.environ.get("SETTLED_RELEASE_DIR", ROOT / "target" / "release"))
 
 
-def bench_http(backend: str, receipts: int, batch: int, pg: str, replicas: int) -> float:
+def bench_http(backend: str, receipts: int, batch: int, pg: str, replicas: int, forward: bool) -> float:
     out = subprocess.run(
         [str(RELEASE / "settled-bench"), "--spawn", backend, "--postgres-url", pg, "--receipts", str(receipts),
          "--workers", "8", "--batch", str(batch), "--mix", "accepted=100", "--no-inprocess", "--json",
-         "--replicas", str(replicas)],
+         "--replicas", str(replicas)] + (["--forward"] if forward and replicas > 1 else []),
         capture_output=True, text=True, check=True,
     )
     return float(json.loads(out.stdout)["settled_per_sec"])
@@ -57,9 +59,15 @@ def database(backend: str, tmp: Path, pg: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(urllib.parse.urlsplit(pg)._replace(path="/" + name)), name
 
 
-def start_server(url: str) -> tuple[subprocess.Popen[str], str]:
+def start_server(url: str, forward: bool) -> tuple[subprocess.Popen[str], str]:
+    listen, advertise = "127.0.0.1:0", []
+    if forward:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            listen = f"127.0.0.1:{s.getsockname()[1]}"
+        advertise = ["--advertise-url", f"http://{listen}"]
     server = subprocess.Popen(
-        [str(RELEASE / "settled"), "--listen", "127.0.0.1:0", "--database-url", url, "--log-format", "json"],
+        [str(RELEASE / "settled"), "--listen", listen, "--database-url", url, "--log-format", "json"] + advertise,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**{k: v for k, v in os.environ.items() if not k.startswith("SETTLED_")},
              "RUST_LOG": "warn,settled::server=info"},
@@ -73,10 +81,13 @@ def start_server(url: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def sdk(lang: str, backend: str, receipts: int, concurrency: int, processes: int, pg: str,
-        replicas: int) -> float:
+        replicas: int, forward: bool) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         url, dbname = database(backend, Path(tmp), pg)
-        servers = [start_server(url) for _ in range(replicas)]
+        forward = forward and replicas > 1
+        servers = [start_server(url, forward) for _ in range(replicas)]
+        if forward:
+            time.sleep(2)  # each replica looks for the one doing the upkeep once a second
         bases = [base for _, base in servers]
         http = httpx.Client(base_url=bases[0], timeout=60)
         for start in range(0, receipts, 1024):
@@ -124,14 +135,16 @@ def main() -> None:
     p.add_argument("--langs", default="python,node,java", help="SDKs to run, of python, node, java")
     p.add_argument("--no-bench", action="store_true", help="skip settled-bench's own HTTP workers")
     p.add_argument("--replicas", type=int, default=1, help="servers on the one PostgreSQL database")
+    p.add_argument("--forward", action="store_true",
+                   help="replicas advertise their URLs: the one doing the upkeep runs every worker write")
     p.add_argument("--postgres-url", default=os.environ.get(
         "SETTLED_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     a = p.parse_args()
     if a.replicas > 1 and a.backend != "postgres":
         p.error("--replicas needs --backend postgres")
     runs = {} if a.no_bench else {
-        "settled-bench 8 workers x batch 1": lambda: bench_http(a.backend, a.receipts, 1, a.postgres_url, a.replicas),
-        "settled-bench 8 workers x batch 8": lambda: bench_http(a.backend, a.receipts, 8, a.postgres_url, a.replicas),
+        "settled-bench 8 workers x batch 1": lambda: bench_http(a.backend, a.receipts, 1, a.postgres_url, a.replicas, a.forward),
+        "settled-bench 8 workers x batch 8": lambda: bench_http(a.backend, a.receipts, 8, a.postgres_url, a.replicas, a.forward),
     }
     labels = {"python": "python", "node": "typescript", "java": "java"}
     # The SDK at the bench's two shapes: as many receipts in flight as 8 x 1, and as 8 x 8.
@@ -139,7 +152,7 @@ def main() -> None:
         for lang in a.langs.split(","):
             label = labels[lang]
             runs[f"{label} SDK {a.processes} x concurrency {concurrency}"] = (
-                lambda lang=lang, c=concurrency: sdk(lang, a.backend, a.receipts, c, a.processes, a.postgres_url, a.replicas)
+                lambda lang=lang, c=concurrency: sdk(lang, a.backend, a.receipts, c, a.processes, a.postgres_url, a.replicas, a.forward)
             )
     figures: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(a.rounds):

@@ -228,7 +228,8 @@ pub fn app(state: AppState) -> Router {
     } else {
         origin::AllowedHosts::any()
     };
-    let forwarder = middleware::forward::Forwarder::new(state.store.clone());
+    let forwarder =
+        middleware::forward::Forwarder::new(state.store.clone(), state.shutdown.clone());
     let (router, doc) = routes::api_router().split_for_parts();
     let access =
         auth::Access::of(&doc, other_templates()).expect("every /v1 operation declares its roles");

@@ -15,6 +15,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, header};
@@ -22,7 +24,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::http::error::ApiError;
-use crate::http::{REQUEST_TIMEOUT, wire};
+use crate::http::{BODY_READ_TIMEOUT, REQUEST_TIMEOUT, wire};
 use crate::store::SharedStore;
 
 /// Set on a request sent on: the holder serves it, whoever it thinks holds.
@@ -31,17 +33,58 @@ pub const FORWARDED: &str = "settled-forwarded";
 /// How long a holder that could not be reached is left alone.
 const UNREACHABLE_FOR: Duration = Duration::from_secs(1);
 
-/// Request headers not passed on: the connection's own, and the encodings
-/// (this replica compresses the answer as it would its own).
-const NOT_PASSED: [header::HeaderName; 7] = [
-    header::HOST,
-    header::CONNECTION,
-    header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
-    header::ACCEPT_ENCODING,
-    header::TE,
-    header::UPGRADE,
+/// Longest wait for a connection to the holder, on the replicas' network.
+const CONNECT_WAIT: Duration = Duration::from_millis(250);
+
+/// Headers of one connection (hop by hop), never passed on either way, nor
+/// those a `Connection` header names.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
+
+/// Request headers not passed on besides: the holder's host is its own,
+/// the length is the body's, this replica compresses the answer as it
+/// would its own, and this replica checked the origin already (the holder
+/// would compare it with its own host).
+const NOT_PASSED: [&str; 6] = [
+    "host",
+    "content-length",
+    "accept-encoding",
+    "origin",
+    "referer",
+    "sec-fetch-site",
+];
+
+/// `headers` without those of one connection, nor `more`.
+fn passable(headers: &HeaderMap, more: &[&str]) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .collect();
+    let mut kept = HeaderMap::new();
+    for (name, value) in headers {
+        let name_str = name.as_str();
+        let dropped = HOP_BY_HOP.contains(&name_str)
+            || more.contains(&name_str)
+            || name_str.starts_with("sec-fetch-")
+            || named.iter().any(|n| n == name_str);
+        if !dropped {
+            kept.append(name.clone(), value.clone());
+        }
+    }
+    kept
+}
 
 /// Marks an answer passed back from the holder, which counted the request
 /// in its metrics.
@@ -52,22 +95,33 @@ pub struct SentOn;
 #[derive(Clone)]
 pub struct Forwarder {
     store: SharedStore,
+    /// Turns true when the server shuts down: then nothing is sent on (a
+    /// long poll there would outlast this replica's own, ended at once).
+    shutdown: watch::Receiver<bool>,
     client: reqwest::Client,
     /// A holder that could not be reached, and since when.
     unreachable: Arc<Mutex<Option<(String, Instant)>>>,
 }
 
 impl Forwarder {
-    pub fn new(store: SharedStore) -> Self {
+    pub fn new(store: SharedStore, shutdown: watch::Receiver<bool>) -> Self {
+        // Straight to the holder: no proxy of the environment, no redirect.
+        // Answered within this replica's own time limit, so that a late
+        // answer is not left behind. Idle connections closed before the
+        // holder's idle timeout would close them under a request.
         let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .pool_max_idle_per_host(256)
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(REQUEST_TIMEOUT + Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .connect_timeout(CONNECT_WAIT)
+            .timeout(REQUEST_TIMEOUT - Duration::from_secs(1))
             .build()
             .expect("an HTTP client with no TLS settings builds");
         Self {
             store,
+            shutdown,
             client,
             unreachable: Arc::default(),
         }
@@ -75,17 +129,20 @@ impl Forwarder {
 
     /// Where `request` goes, if it is sent on: a worker's write (claims,
     /// outcomes, lease extensions and releases, which the holder merges),
-    /// with a body of a known length within the limit (any other is served
-    /// here, where it is refused as it would be there).
+    /// a `POST` with a body of a stated length within the limit (any other
+    /// is served here, where it is refused as it would be there).
     fn holder_for(&self, request: &Request) -> Option<String> {
         let headers = request.headers();
-        let length = match headers.get(header::CONTENT_LENGTH) {
-            Some(v) => v.to_str().ok()?.parse::<usize>().ok()?,
-            None if headers.contains_key(header::TRANSFER_ENCODING) => return None,
-            None => 0,
+        let length = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        let body_known = match *request.method() {
+            Method::POST => length.is_some_and(|n| n <= wire::MAX_BODY_BYTES),
+            _ => length.unwrap_or(0) == 0 && !headers.contains_key(header::TRANSFER_ENCODING),
         };
-        if length > wire::MAX_BODY_BYTES
+        if !body_known
             || headers.contains_key(FORWARDED)
+            || *self.shutdown.borrow()
             || !worker_write(request.method(), request.uri().path())
         {
             return None;
@@ -130,17 +187,18 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
         return next.run(request).await;
     };
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, wire::MAX_BODY_BYTES).await else {
-        return ApiError::malformed("the request body could not be read").into_response();
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        axum::body::to_bytes(body, wire::MAX_BODY_BYTES),
+    );
+    let Ok(Ok(bytes)) = read.await else {
+        return ApiError::malformed("the request body could not be read in time").into_response();
     };
     let target = format!(
         "{holder}{}",
         parts.uri.path_and_query().map_or("", |p| p.as_str())
     );
-    let mut headers = parts.headers.clone();
-    for name in &NOT_PASSED {
-        headers.remove(name);
-    }
+    let headers = passable(&parts.headers, &NOT_PASSED);
     let sent = f
         .client
         .request(parts.method.clone(), &target)
@@ -167,15 +225,7 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
 /// The holder's answer, as it gave it (but for the connection's headers).
 async fn passed_back(answer: reqwest::Response) -> Response {
     let status = answer.status();
-    let mut headers = HeaderMap::new();
-    for (name, value) in answer.headers() {
-        if name != header::CONNECTION
-            && name != header::CONTENT_LENGTH
-            && name != header::TRANSFER_ENCODING
-        {
-            headers.append(name.clone(), value.clone());
-        }
-    }
+    let headers = passable(answer.headers(), &["content-length"]);
     match answer.bytes().await {
         Ok(body) => {
             let mut response = (status, headers, body).into_response();

@@ -110,6 +110,11 @@ pub async fn observe(
         .insert(MatchedRoute(matched.clone()));
     let seen = SeenCaller::default();
     request.extensions_mut().insert(seen.clone());
+    // Passed on with the request when it is forwarded to another replica
+    // (forward.rs), whose log then names the same id.
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        request.headers_mut().insert(HEADER, value);
+    }
     let started = Instant::now();
     let mut response = match &telemetry {
         None => next.run(request).await,

@@ -166,12 +166,7 @@ impl PostgresStore {
             notify.clone(),
             Some((2, leading.clone())),
         );
-        let upkeep = upkeep::start(
-            primary.clone(),
-            options.vacuum_dead_rows,
-            options.advertise_url.clone(),
-            leading,
-        );
+        let upkeep = upkeep::start(primary.clone(), options, leading);
         // Last, once nothing can fail: the store's drop is what stops it.
         let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         Ok(Self {

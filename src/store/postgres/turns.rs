@@ -18,7 +18,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::task::JoinHandle;
 
 /// The first key of settled's advisory locks (the second names the queue).
-pub(super) const CLASS: i32 = 0x5e77;
+const CLASS: i32 = 0x5e77;
 
 /// Longest wait for a turn, on the database's clock (`lock_timeout`).
 const LOCK_WAIT: &str = "SET lock_timeout = '20ms'";

@@ -31,8 +31,18 @@ use tokio::task::AbortHandle;
 
 use super::primary::Primary;
 
-/// The second key of the upkeep lock (the first is the turns' class).
-const UPKEEP: i32 = 3;
+/// The first key of the upkeep lock; the second names the schema, so that
+/// deployments in schemas of their own (`--pg-schema`) in one database each
+/// have their own upkeep.
+const UPKEEP_CLASS: i32 = 0x5e78;
+
+/// The second key: a hash of the schema's name (FNV-1a), kept positive.
+fn schema_key(schema: &str) -> i32 {
+    let hash = schema.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    i32::try_from(hash & 0x7fff_ffff).unwrap_or_default()
+}
 
 /// How often the lock is looked at and the dead row versions are counted
 /// (a read of the statistics, not of the table).
@@ -93,23 +103,23 @@ impl Drop for Upkeep {
 
 /// Start taking the upkeep lock; vacuum `receipts` when at least `dead_rows`
 /// of its row versions are dead (never when 0: left to autovacuum).
-/// `advertise`: where this replica takes the others' claims and outcomes
-/// while it holds the lock.
-/// `leading` is set while it does (the write queues then take no turns).
+/// `options.advertise_url`: where this replica takes the others' claims and
+/// outcomes while it holds the lock; `leading` is set while it does (the
+/// write queues then take no turns).
 pub(super) fn start(
     primary: Arc<Primary>,
-    dead_rows: u64,
-    advertise: Option<String>,
+    options: &super::PostgresOptions,
     leading: Arc<AtomicBool>,
 ) -> Upkeep {
-    let dead_rows = i64::try_from(dead_rows).unwrap_or(i64::MAX);
+    let dead_rows = i64::try_from(options.vacuum_dead_rows).unwrap_or(i64::MAX);
     let seen = Arc::new(Seen {
         leading,
         ..Seen::default()
     });
     let looks = Looks {
         dead_rows,
-        advertise,
+        advertise: options.advertise_url.clone(),
+        key: schema_key(&options.schema),
         seen: seen.clone(),
     };
     let task = tokio::spawn(run(primary, looks)).abort_handle();
@@ -120,15 +130,25 @@ pub(super) fn start(
 struct Looks {
     dead_rows: i64,
     advertise: Option<String>,
+    /// The lock's second key ([`schema_key`]).
+    key: i32,
     seen: Arc<Seen>,
 }
 
 /// A connection of its own, opened at the first look and kept: it holds the
 /// lock, a vacuum must not hold one of the store's, and it runs without the
-/// requests' `statement_timeout` (a large table takes longer).
+/// requests' `statement_timeout` (a large table takes longer). The server
+/// gives it up within about half a minute of its host going silent (its
+/// own keepalives; by default it would take hours), which frees the lock.
 fn kept_pool(primary: &Arc<Primary>) -> PgPool {
-    super::one_kept_connection(primary, Some("SET statement_timeout = 0"))
-        .connect_lazy_with(primary.options())
+    super::one_kept_connection(
+        primary,
+        Some(
+            "SET statement_timeout = 0; SET tcp_keepalives_idle = 10; \
+             SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3",
+        ),
+    )
+    .connect_lazy_with(primary.options())
 }
 
 async fn run(primary: Arc<Primary>, looks: Looks) {
@@ -148,7 +168,11 @@ async fn run(primary: Arc<Primary>, looks: Looks) {
             tokio::spawn(async move { old.close().await });
         }
         if let Err(error) = look(&pool, &looks).await {
+            // A new connection: the lock goes with the old one, so that
+            // another replica does the upkeep meanwhile.
             looks.seen.lost();
+            let old = std::mem::replace(&mut pool, kept_pool(&primary));
+            tokio::spawn(async move { old.close().await });
             tracing::warn!(%error, "cannot do the upkeep (vacuum, retention); trying again in a minute");
             tokio::time::sleep(AFTER_FAILURE).await;
         }
@@ -176,8 +200,8 @@ const HOLDER: &str = "INSERT INTO upkeep_holder (url, pid) VALUES ($1, pg_backen
 
 async fn look(pool: &PgPool, looks: &Looks) -> sqlx::Result<()> {
     let (held, dead, live, url): (bool, i64, i64, Option<String>) = sqlx::query_as(LOOK)
-        .bind(super::turns::CLASS)
-        .bind(UPKEEP)
+        .bind(UPKEEP_CLASS)
+        .bind(looks.key)
         .fetch_one(pool)
         .await?;
     if looks.seen.mine.swap(held, Ordering::Relaxed) != held {

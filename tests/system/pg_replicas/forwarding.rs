@@ -11,7 +11,7 @@ use crate::common;
 
 /// Claim requests a replica served (`settled_claim_requests_total`, every
 /// result summed).
-async fn claims_served(client: &reqwest::Client, base: &str) -> f64 {
+pub(super) async fn claims_served(client: &reqwest::Client, base: &str) -> f64 {
     let text = client
         .get(format!("{base}/metrics"))
         .send()
@@ -43,7 +43,7 @@ async fn writes_reach_the_replica_doing_the_upkeep_and_stay_served_when_it_goes(
     let mut replicas = start_replicas_as(dir.path(), 2, &args, true).await;
     let client = client();
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
-    let receipts: Vec<Value> = (0..10)
+    let receipts: Vec<Value> = (0..100)
         .map(|i| json!({"receipt_id": format!("f-{i}"), "finalized_at": 1_764_460_800}))
         .collect();
     let (status, body) = post(

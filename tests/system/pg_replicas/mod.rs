@@ -301,6 +301,17 @@ async fn racing_workers(advertise: bool) {
             .join("\n")
     );
     assert_eq!(settled + dead, RECEIPTS as u64, "nothing lost");
+    if advertise {
+        // The workers' claims went to one replica, whichever they reached
+        // (each replica's own share would be a third).
+        let mut served = Vec::new();
+        for base in &bases {
+            served.push(forwarding::claims_served(&client, base).await);
+        }
+        let total: f64 = served.iter().sum();
+        let most = served.iter().copied().fold(0.0, f64::max);
+        assert!(most >= total * 0.6, "claims served per replica: {served:?}");
+    }
     assert_eq!(settled, expected_settled);
     assert_eq!(
         tally.late,
