@@ -2,7 +2,8 @@
 # Two builds of settled-bench over 1, 2 and 4 `settled` processes on one PostgreSQL database
 # (docs/scaling.md), one by one (64 workers, 20 000 receipts): claims and outcomes apart, and
 # with each outcome carried in the worker's next claim (--carry, as the SDKs do). Each round runs
-# every replica count and shape with the two builds alternating, each run on a fresh database;
+# every replica count and shape with the two builds alternating (which goes first alternates by
+# round), each run on a fresh database;
 # one JSON line per run in bench/ab-table.sh's shape, for bench/ab-summary.py:
 #   bench/replicas-ab.sh OLD/target/release/settled-bench target/release/settled-bench > rep.jsonl
 #   bench/ab-summary.py rep.jsonl
@@ -17,7 +18,11 @@ for round in $(seq 1 "$ROUNDS"); do
     for shape in apart carried; do
       carry=()
       [ "$shape" = carried ] && carry=(--carry)
-      for label in base new; do
+      # Which build goes first alternates by round: the first run of a pair
+      # tends to be the faster one on a shared machine.
+      order="base new"
+      [ $((round % 2)) -eq 0 ] && order="new base"
+      for label in $order; do
         bin=$([ "$label" = base ] && echo "$BASE" || echo "$NEW")
         extra=()
         [ "$label" = new ] && [ "$replicas" -gt 1 ] && read -ra extra <<< "${NEW_REPLICA_ARGS:-}"

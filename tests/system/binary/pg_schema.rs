@@ -113,7 +113,8 @@ async fn a_shared_database_keeps_its_public_schema_untouched() {
             "receipt_history",
             "receipts",
             "stats_minutes",
-            "store_identity"
+            "store_identity",
+            "upkeep_holder"
         ]
     );
     let stored: Vec<String> = names(&mut db, "SELECT receipt_id FROM settled.receipts").await;
