@@ -6,7 +6,7 @@
 
 use futures_util::future::join_all;
 use settled::domain::{Claimed, RetryPolicy, Route, StoreErrorClass};
-use settled::store::{ClaimAsk, ReceiptState, Reported};
+use settled::store::{ClaimAsk, DueClaims, ReceiptState, Reported};
 
 use super::support::*;
 use crate::common::{Fresh, raw_exec, raw_exec_unchecked};
@@ -36,12 +36,26 @@ async fn report(fresh: &Fresh, who: &str, done: &[Claimed], n: usize, now: u64) 
         .expect("the report is recorded")
 }
 
-fn claimed_ids(reported: &Reported) -> Vec<String> {
-    let due = reported.claimed.as_ref().expect("the claim is made");
+/// The ids `due` claimed, each asserted to be leased to `owner`.
+fn leased_to(due: &DueClaims<Claimed>, owner: &str) -> Vec<String> {
+    assert!(
+        due.claims
+            .iter()
+            .all(|c| c.claim.lease_owner.as_str() == owner),
+        "claims of another worker in {owner}'s answer"
+    );
+    ids_of(due)
+}
+
+fn ids_of(due: &DueClaims<Claimed>) -> Vec<String> {
     due.claims
         .iter()
         .map(|c| c.claim.receipt_id.as_str().to_owned())
         .collect()
+}
+
+fn claimed_ids(reported: &Reported) -> Vec<String> {
+    ids_of(reported.claimed.as_ref().expect("the claim is made"))
 }
 
 async fn the_outcomes_are_recorded_then_the_claim_is_made(fresh: Fresh) {
@@ -169,21 +183,11 @@ async fn many_workers_report_and_claim_at_once(fresh: Fresh) {
     for (reported, name) in reports.iter().zip(&names) {
         assert_eq!(reported.results, [Ok(Route::NoAction)]);
         let due = reported.claimed.as_ref().expect("the claim is made");
-        assert!(
-            due.claims
-                .iter()
-                .all(|c| c.claim.lease_owner.as_str() == name)
-        );
-        claimed.extend(claimed_ids(reported));
+        claimed.extend(leased_to(due, name));
     }
     for (due, w) in claims.iter().zip(&plain) {
         let due = due.as_ref().expect("the plain claim is made");
-        assert!(due.claims.iter().all(|c| &c.claim.lease_owner == w));
-        claimed.extend(
-            due.claims
-                .iter()
-                .map(|c| c.claim.receipt_id.as_str().to_owned()),
-        );
+        claimed.extend(leased_to(due, w.as_str()));
     }
     claimed.sort();
     assert_eq!(claimed, ids[16..]);
@@ -230,22 +234,12 @@ async fn outcomes_sent_alone_beside_claims_are_judged_alone(fresh: Fresh) {
         assert_eq!(reported.results, [Ok(Route::NoAction)]);
         let due = reported.claimed.as_ref().expect("the claim is made");
         assert_eq!(due.claims.len(), 2, "{name}");
-        assert!(
-            due.claims
-                .iter()
-                .all(|c| c.claim.lease_owner.as_str() == name)
-        );
-        claimed.extend(claimed_ids(reported));
+        claimed.extend(leased_to(due, name));
     }
     for (due, w) in claims.iter().zip(&claimers) {
         let due = due.as_ref().expect("the plain claim is made");
         assert_eq!(due.claims.len(), 2, "{w:?}");
-        assert!(due.claims.iter().all(|c| &c.claim.lease_owner == w));
-        claimed.extend(
-            due.claims
-                .iter()
-                .map(|c| c.claim.receipt_id.as_str().to_owned()),
-        );
+        claimed.extend(leased_to(due, w.as_str()));
     }
     claimed.sort();
     claimed.dedup();

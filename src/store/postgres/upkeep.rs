@@ -151,6 +151,14 @@ fn kept_pool(primary: &Arc<Primary>) -> PgPool {
     .connect_lazy_with(primary.options())
 }
 
+/// A new connection in place of `pool`'s, which is closed, and with it the
+/// lock it may hold.
+fn renew(pool: &mut PgPool, primary: &Arc<Primary>, seen: &Seen) {
+    seen.lost();
+    let old = std::mem::replace(pool, kept_pool(primary));
+    tokio::spawn(async move { old.close().await });
+}
+
 async fn run(primary: Arc<Primary>, looks: Looks) {
     let mut generation = primary.generation();
     let mut pool = kept_pool(&primary);
@@ -163,16 +171,12 @@ async fn run(primary: Arc<Primary>, looks: Looks) {
         }
         if generation.has_changed().unwrap_or(false) {
             generation.mark_unchanged();
-            looks.seen.lost();
-            let old = std::mem::replace(&mut pool, kept_pool(&primary));
-            tokio::spawn(async move { old.close().await });
+            renew(&mut pool, &primary, &looks.seen);
         }
         if let Err(error) = look(&pool, &looks).await {
             // A new connection: the lock goes with the old one, so that
             // another replica does the upkeep meanwhile.
-            looks.seen.lost();
-            let old = std::mem::replace(&mut pool, kept_pool(&primary));
-            tokio::spawn(async move { old.close().await });
+            renew(&mut pool, &primary, &looks.seen);
             tracing::warn!(%error, "cannot do the upkeep (vacuum, retention); trying again in a minute");
             tokio::time::sleep(AFTER_FAILURE).await;
         }

@@ -56,7 +56,8 @@ async fn start_replicas_as(
         .map(|_| {
             let mut launch = Launch::new(dir).args(args).echo();
             if advertise {
-                let address = free_address();
+                let address =
+                    settled_test_support::process::free_loopback_address().expect("a free port");
                 launch = launch
                     .listen(&address)
                     .args(&["--advertise-url", &format!("http://{address}")]);
@@ -69,12 +70,6 @@ async fn start_replicas_as(
         replicas.push(replica.ready_async().await);
     }
     replicas
-}
-
-/// A loopback address with a port free a moment ago.
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").to_string()
 }
 
 pub(crate) fn client() -> reqwest::Client {

@@ -125,11 +125,7 @@ impl Server {
         // one saying it shuts down (expected at the end of every run).
         let mut listen = "127.0.0.1:0".to_owned();
         if advertise {
-            // Free a moment ago; the server fails to start if another took it.
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port();
-            listen = format!("127.0.0.1:{port}");
+            listen = process::free_loopback_address()?;
             command.args(["--advertise-url", &format!("http://{listen}")]);
         }
         let spawned = process::spawn(command, &listen, |line| {

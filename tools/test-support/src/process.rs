@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 /// (per-request lines cost CPU).
 pub const QUIET_LOG: &str = "warn,settled::server=info";
 
+/// A loopback address whose port was free a moment ago, for a process that
+/// must know its address before it starts (`--advertise-url`); it fails to
+/// start if another took the port meanwhile.
+pub fn free_loopback_address() -> std::io::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
 /// A started process that has not yet said where it listens.
 pub struct Spawned {
     pub child: Child,
