@@ -230,6 +230,10 @@ impl Server {
 /// A test that fails part-way must not leave the binary running.
 impl Drop for Server {
     fn drop(&mut self) {
+        // A failing test shows what the server said (warnings and errors).
+        if std::thread::panicking() {
+            eprintln!("settled's log:\n{}", self.log_text());
+        }
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();

@@ -19,6 +19,7 @@ API: settled once (one `accepted` history entry), nothing left leased.
 
 from __future__ import annotations
 
+import collections
 import argparse
 import json
 import os
@@ -122,6 +123,8 @@ class Server:
         self.db, self.tmp, self.tokens = db, tmp, tokens
         self.port = 0
         self.proc: subprocess.Popen[str] | None = None
+        # The server's last log lines (warnings and errors), shown when a scenario fails.
+        self.recent: collections.deque[str] = collections.deque(maxlen=40)
         self.start()
         token = {"authorization": f"Bearer {OPERATOR_TOKEN}"} if tokens else {}
         self.http = httpx.Client(base_url=self.base, headers=token, timeout=30)
@@ -163,11 +166,10 @@ class Server:
             raise AssertionError(f"the server exited before listening ({self.proc.wait()})")
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
 
-    @staticmethod
-    def _drain(proc: subprocess.Popen[str]) -> None:
+    def _drain(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
-        for _ in proc.stdout:
-            pass
+        for line in proc.stdout:
+            self.recent.append(line.rstrip("\n"))
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -657,6 +659,7 @@ def main() -> int:
                 log(f"  ok ({time.monotonic() - started:.1f} s)")
             except AssertionError as e:
                 log(f"  FAILED: {e}")
+                log("  the server's last log lines:\n" + "\n".join(server.recent))
                 failed.append(name)
             finally:
                 for w in scenarios.started:

@@ -42,6 +42,7 @@ mod open;
 mod outcome;
 mod primary;
 mod read;
+mod read_again;
 mod schema;
 mod search;
 mod stats;
@@ -200,6 +201,7 @@ impl SettlementOutcomeStore for PostgresStore {
                 "the database server accepts no writes",
             )));
         }
+        self.primary.vouch();
         Ok(())
     }
 
@@ -309,7 +311,7 @@ impl SettlementOutcomeStore for PostgresStore {
         receipt_id: &ReceiptId,
         now_ms: UnixMs,
     ) -> StoreResult<Option<ReceiptView>> {
-        self.bounded(self.read_view(receipt_id.as_str(), now_ms))
+        self.read(|| self.read_view(receipt_id.as_str(), now_ms))
             .await
     }
 
@@ -318,7 +320,8 @@ impl SettlementOutcomeStore for PostgresStore {
         limit: usize,
         after: Option<DeadLetterCursor>,
     ) -> StoreResult<Vec<DeadLetter>> {
-        self.bounded(self.dead_letter_page(limit, after)).await
+        self.read(|| self.dead_letter_page(limit, after.clone()))
+            .await
     }
 
     async fn dead_letter(&self, receipt_id: &ReceiptId) -> StoreResult<Option<DeadLetter>> {
@@ -338,7 +341,7 @@ impl SettlementOutcomeStore for PostgresStore {
     }
 
     async fn status(&self, now_ms: UnixMs, limit: usize) -> StoreResult<StatusView> {
-        self.bounded(self.status_view(now_ms, limit)).await
+        self.read(|| self.status_view(now_ms, limit)).await
     }
 
     async fn purge_finished(&self, finished_before_ms: UnixMs, limit: usize) -> StoreResult<u64> {
@@ -355,7 +358,7 @@ impl SettlementOutcomeStore for PostgresStore {
     }
 
     async fn history_feed(&self, start: FeedStart, limit: usize) -> StoreResult<FeedRead> {
-        self.bounded(self.feed_page(start, limit)).await
+        self.read(|| self.feed_page(start, limit)).await
     }
 
     async fn add_stats(&self, minutes: &[StatsMinute], keep_from_ms: UnixMs) -> StoreResult<()> {
@@ -364,7 +367,7 @@ impl SettlementOutcomeStore for PostgresStore {
     }
 
     async fn stats(&self, from_ms: UnixMs, to_ms: UnixMs) -> StoreResult<Vec<StatsMinute>> {
-        self.bounded(self.stat_minutes(from_ms, to_ms)).await
+        self.read(|| self.stat_minutes(from_ms, to_ms)).await
     }
 
     async fn find_receipts(
@@ -373,7 +376,7 @@ impl SettlementOutcomeStore for PostgresStore {
         page: &SearchPage,
         now_ms: UnixMs,
     ) -> StoreResult<SearchResults> {
-        self.bounded(self.find_page(filter, page, now_ms)).await
+        self.read(|| self.find_page(filter, page, now_ms)).await
     }
 }
 

@@ -74,6 +74,11 @@ pub struct Primary {
     failovers: AtomicU64,
     /// Connections opened before this (µs after `started`) are not lent out.
     fence_us: AtomicU64,
+    /// When (µs after `started`, plus one) a pooled connection last answered
+    /// that its server takes writes: a search that began before it and then
+    /// failed (its probe cut off by the outage that just ended) must not
+    /// close the gate on a writer already answering.
+    vouched_us: AtomicU64,
     /// Set by a read-only answer: the next search fences, whichever server
     /// it finds, unless a fence came just before (a straggler's answer).
     must_fence: AtomicBool,
@@ -101,6 +106,7 @@ impl Primary {
             reason: Mutex::new(None),
             failovers: AtomicU64::new(0),
             fence_us: AtomicU64::new(0),
+            vouched_us: AtomicU64::new(0),
             must_fence: AtomicBool::new(false),
             generation: watch::channel(0).0,
             searched: watch::channel(0).0,
@@ -164,6 +170,22 @@ impl Primary {
             }
         }
         result
+    }
+
+    /// A connection just answered that its server takes writes. That opens
+    /// the gate a failed search closed (a search that began before the
+    /// outage ended can fail after it), unless a read-only answer is still to
+    /// be searched out: connections opened before it may be to that server.
+    pub fn vouch(&self) {
+        self.vouched_us.store(self.now_us() + 1, Ordering::Release);
+        if !self.must_fence.load(Ordering::Acquire) {
+            self.writable.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether a connection vouched for the writer at or after `since_us`.
+    fn vouched_since(&self, since_us: u64) -> bool {
+        self.vouched_us.load(Ordering::Acquire) > since_us
     }
 
     /// Refuse at once while no writer is known: a connection would only be
@@ -266,6 +288,7 @@ impl Primary {
                 "the server accepts no writes (a standby or read-only)".into(),
             ));
         }
+        self.vouch();
         Ok(())
     }
 }

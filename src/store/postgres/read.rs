@@ -16,7 +16,7 @@ impl PostgresStore {
         receipt_id: &ReceiptId,
     ) -> StoreResult<Option<DeadLetter>> {
         let found = self
-            .bounded(async { row(&mut *self.pool.acquire().await?, receipt_id.as_str()).await })
+            .read(|| async { row(&mut *self.pool.acquire().await?, receipt_id.as_str()).await })
             .await?;
         found.map_or(Ok(None), |r| r.dead_letter())
     }

@@ -113,6 +113,7 @@ impl Primary {
             watch = None;
             let mut pause = FIRST_PAUSE;
             loop {
+                let began = self.now_us();
                 let searched = self.search_once().await;
                 self.searched.send_modify(|n| *n += 1);
                 match searched {
@@ -121,6 +122,12 @@ impl Primary {
                             tokio::time::sleep(SAME_WRITER_GAP).await;
                         }
                         break;
+                    }
+                    // The probes failed, but the writer in use answered since
+                    // they began: they were cut off by an outage that is over.
+                    // Leave the gate open and look again.
+                    Err(said) if self.vouched_since(began) => {
+                        tracing::info!(hosts = %said, "a search failed while the writer in use answered; looking again");
                     }
                     Err(said) => {
                         self.set_unwritable(
