@@ -197,8 +197,13 @@ impl Drop for Starting {
 impl Server {
     /// Send SIGTERM.
     pub fn sigterm(&self) {
+        self.signal("TERM");
+    }
+
+    /// Send `signal` (`STOP`, `CONT`, …), as `kill -SIGNAL pid` does.
+    pub fn signal(&self, signal: &str) {
         let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
             .status()
             .expect("kill");
         assert!(ok.success());

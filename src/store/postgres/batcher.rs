@@ -16,7 +16,7 @@ use sqlx::PgPool;
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
 use super::commit_gate::{self, Gate};
-use super::turns::Turns;
+use super::turns::{Queue, Turns};
 use crate::domain::StoreError;
 use crate::store::StoreResult;
 
@@ -85,7 +85,7 @@ impl<J: Mergeable> Batcher<J> {
         tasks: usize,
         bound: Option<Duration>,
         notify: Arc<Notify>,
-        turns: Option<(i32, Arc<AtomicBool>)>,
+        turns: Option<(Queue, Arc<AtomicBool>)>,
     ) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
         let waiting = Arc::new(Waiting {
@@ -94,7 +94,7 @@ impl<J: Mergeable> Batcher<J> {
             crowded: Notify::new(),
             closed: AtomicBool::new(false),
         });
-        let turns = turns.map(|(key, leading)| Turns::new(pool.clone(), key, leading));
+        let turns = turns.map(|(queue, leading)| Turns::new(pool.clone(), queue, leading));
         tokio::spawn(serve(
             pool.clone(),
             waiting.clone(),

@@ -157,14 +157,20 @@ impl PostgresStore {
             write_tasks(options.max_connections),
             bound,
             notify.clone(),
-            Some((1, leading.clone())),
+            Some((
+                super::turns::Queue::new(1, &options.schema),
+                leading.clone(),
+            )),
         );
         let claims = batcher::Batcher::start(
             pool.clone(),
             write_tasks(options.max_connections),
             bound,
             notify.clone(),
-            Some((2, leading.clone())),
+            Some((
+                super::turns::Queue::new(2, &options.schema),
+                leading.clone(),
+            )),
         );
         let upkeep = upkeep::start(primary.clone(), options, leading);
         // Last, once nothing can fail: the store's drop is what stops it.

@@ -285,3 +285,12 @@ async fn refuse_if_tables_in_public(
         explain::pg_address(options)
     ))))
 }
+
+/// The second key of a schema's advisory locks (upkeep, turns): a hash of its
+/// name (FNV-1a), kept positive so that `pg_locks` shows it as it was given.
+pub(super) fn lock_key(schema: &str) -> i32 {
+    let hash = schema.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    i32::try_from(hash & 0x7fff_ffff).unwrap_or_default()
+}

@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 use sqlx::{PgConnection, PgPool};
 use tokio::task::JoinHandle;
 
-/// The first key of settled's advisory locks (the second names the queue).
-const CLASS: i32 = 0x5e77;
+/// The first key of a queue's turn lock is this plus the queue's kind; the
+/// second names the schema, so that deployments in schemas of their own
+/// (`--pg-schema`) in one database take no turns with each other.
+const CLASS: i32 = 0x5e77_0000;
 
 /// Longest wait for a turn, on the database's clock (`lock_timeout`).
 const LOCK_WAIT: &str = "SET lock_timeout = '20ms'";
@@ -30,9 +32,36 @@ const ANSWER_WAIT: Duration = Duration::from_millis(500);
 /// How often a replica counts the others of its queue.
 const COUNT_EVERY: Duration = Duration::from_secs(1);
 
-/// The second key of the shared lock that says a queue's turn connection
-/// is there: this plus the queue's key.
+/// The first key of the shared lock that says a queue's turn connection is
+/// there: [`CLASS`] plus this plus the queue's kind.
 const PRESENT: i32 = 100;
+
+/// Which queue of which schema the turns are for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Queue {
+    kind: i32,
+    schema: i32,
+}
+
+impl Queue {
+    /// Queue `kind` (a small number, one per kind of write) of `schema`.
+    pub fn new(kind: i32, schema: &str) -> Self {
+        Self {
+            kind,
+            schema: super::schema::lock_key(schema),
+        }
+    }
+
+    /// The turn lock's keys.
+    fn turn(self) -> (i32, i32) {
+        (CLASS + self.kind, self.schema)
+    }
+
+    /// The keys of the shared lock that says a turn connection is there.
+    fn present(self) -> (i32, i32) {
+        (CLASS + PRESENT + self.kind, self.schema)
+    }
+}
 
 /// A turn connection is opened afresh this often, so that it follows the
 /// pool to a new primary after a failover.
@@ -42,7 +71,7 @@ const RECYCLE: Duration = Duration::from_secs(30);
 /// (taken out of the pool: its lock timeout is its own).
 pub(super) struct Turns {
     pool: PgPool,
-    key: i32,
+    queue: Queue,
     conn: Option<(PgConnection, Instant)>,
     /// A turn connection being opened, off the groups' path: waiting for
     /// a busy pool's next connection held the first runner's request.
@@ -56,10 +85,10 @@ pub(super) struct Turns {
 impl Turns {
     /// `leading`: whether this replica takes the others' writes now (they
     /// send it theirs, src/store/postgres/upkeep.rs), when it takes no turns.
-    pub fn new(pool: PgPool, key: i32, leading: Arc<AtomicBool>) -> Self {
+    pub fn new(pool: PgPool, queue: Queue, leading: Arc<AtomicBool>) -> Self {
         Self {
             pool,
-            key,
+            queue,
             leading,
             conn: None,
             opening: None,
@@ -80,9 +109,10 @@ impl Turns {
         let Some((conn, _)) = self.conn.as_mut() else {
             return false;
         };
+        let (class, object) = self.queue.turn();
         let lock = sqlx::query("SELECT pg_advisory_lock($1, $2)")
-            .bind(CLASS)
-            .bind(self.key)
+            .bind(class)
+            .bind(object)
             .execute(conn);
         match tokio::time::timeout(ANSWER_WAIT, lock).await {
             Ok(Ok(_)) => true,
@@ -100,9 +130,10 @@ impl Turns {
         let Some((conn, _)) = self.conn.as_mut() else {
             return;
         };
+        let (class, object) = self.queue.turn();
         let unlock = sqlx::query("SELECT pg_advisory_unlock($1, $2)")
-            .bind(CLASS)
-            .bind(self.key)
+            .bind(class)
+            .bind(object)
             .execute(conn);
         if !matches!(tokio::time::timeout(ANSWER_WAIT, unlock).await, Ok(Ok(_))) {
             self.conn = None;
@@ -120,13 +151,14 @@ impl Turns {
         let Some((conn, _)) = self.conn.as_mut() else {
             return false;
         };
+        let (class, object) = self.queue.present();
         let count = sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
              AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
              AND classid = $1 AND objid = $2 AND objsubid = 2",
         )
-        .bind(CLASS)
-        .bind(PRESENT + self.key)
+        .bind(class)
+        .bind(object)
         .fetch_one(conn);
         match tokio::time::timeout(ANSWER_WAIT, count).await {
             Ok(Ok(n)) => {
@@ -160,7 +192,7 @@ impl Turns {
             self.conn = None;
         }
         if self.conn.is_none() && self.opening.is_none() {
-            self.opening = Some(tokio::spawn(open(self.pool.clone(), self.key)));
+            self.opening = Some(tokio::spawn(open(self.pool.clone(), self.queue)));
         }
     }
 }
@@ -173,9 +205,9 @@ impl Drop for Turns {
     }
 }
 
-/// A connection of `pool`'s, out of it, that says it is there for queue
-/// `key`; `None` when the pool or the database did not answer in time.
-async fn open(pool: PgPool, key: i32) -> Option<PgConnection> {
+/// A connection of `pool`'s, out of it, that says it is there for `queue`;
+/// `None` when the pool or the database did not answer in time.
+async fn open(pool: PgPool, queue: Queue) -> Option<PgConnection> {
     let pooled = tokio::time::timeout(ANSWER_WAIT, pool.acquire())
         .await
         .ok()?
@@ -185,9 +217,10 @@ async fn open(pool: PgPool, key: i32) -> Option<PgConnection> {
     if !matches!(tokio::time::timeout(ANSWER_WAIT, set).await, Ok(Ok(_))) {
         return None;
     }
+    let (class, object) = queue.present();
     let present = sqlx::query("SELECT pg_advisory_lock_shared($1, $2)")
-        .bind(CLASS)
-        .bind(PRESENT + key)
+        .bind(class)
+        .bind(object)
         .execute(&mut conn);
     matches!(tokio::time::timeout(ANSWER_WAIT, present).await, Ok(Ok(_))).then_some(conn)
 }
@@ -196,7 +229,7 @@ async fn open(pool: PgPool, key: i32) -> Option<PgConnection> {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::Turns;
+    use super::{Queue, Turns};
     use crate::store::postgres::test_support::fresh_store;
 
     /// A new turn connection takes no group's time: `turns` is made to
@@ -222,13 +255,21 @@ mod tests {
         };
         let pool = store.pool.clone();
         // The store's own queues are there too: keys of their own here.
-        let mut a = Turns::new(pool.clone(), 11, std::sync::Arc::default());
+        let mut a = Turns::new(
+            pool.clone(),
+            Queue::new(11, "settled"),
+            std::sync::Arc::default(),
+        );
         assert!(!a.take().await, "nothing waits for a turn connection");
         assert!(
             !opened(&mut a).await.take().await,
             "alone, no turn is taken"
         );
-        let mut b = Turns::new(pool.clone(), 11, std::sync::Arc::default());
+        let mut b = Turns::new(
+            pool.clone(),
+            Queue::new(11, "settled"),
+            std::sync::Arc::default(),
+        );
         assert!(
             opened(&mut b).await.take().await,
             "with another there, a turn is taken"
@@ -243,9 +284,17 @@ mod tests {
         );
         b.give_back().await;
         assert!(a.take().await, "a turn given back is taken");
-        let mut other = Turns::new(pool.clone(), 12, std::sync::Arc::default());
+        let mut other = Turns::new(
+            pool.clone(),
+            Queue::new(12, "settled"),
+            std::sync::Arc::default(),
+        );
         assert!(!opened(&mut other).await.take().await);
-        let mut third = Turns::new(pool.clone(), 12, std::sync::Arc::default());
+        let mut third = Turns::new(
+            pool.clone(),
+            Queue::new(12, "settled"),
+            std::sync::Arc::default(),
+        );
         assert!(
             opened(&mut third).await.take().await,
             "another queue's turn is its own"
@@ -257,6 +306,18 @@ mod tests {
         a.others = None;
         assert!(opened(&mut a).await.take().await);
         a.give_back().await;
+        // A deployment in another schema of the same database is not another
+        // replica: its queues take no turns with these.
+        let mut elsewhere = Turns::new(
+            pool.clone(),
+            Queue::new(11, "elsewhere"),
+            std::sync::Arc::default(),
+        );
+        assert!(
+            !opened(&mut elsewhere).await.take().await,
+            "another schema's queue is alone"
+        );
+        drop(elsewhere);
         // While this replica takes the others' writes, it takes no turn,
         // free as it is.
         a.leading.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -272,7 +333,11 @@ mod tests {
         {
             held.push(conn);
         }
-        let mut starved = Turns::new(pool.clone(), 13, std::sync::Arc::default());
+        let mut starved = Turns::new(
+            pool.clone(),
+            Queue::new(13, "settled"),
+            std::sync::Arc::default(),
+        );
         let started = Instant::now();
         assert!(!starved.take().await);
         assert!(

@@ -36,14 +36,6 @@ use super::primary::Primary;
 /// have their own upkeep.
 const UPKEEP_CLASS: i32 = 0x5e78;
 
-/// The second key: a hash of the schema's name (FNV-1a), kept positive.
-fn schema_key(schema: &str) -> i32 {
-    let hash = schema.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    i32::try_from(hash & 0x7fff_ffff).unwrap_or_default()
-}
-
 /// How often the lock is looked at and the dead row versions are counted
 /// (a read of the statistics, not of the table).
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -119,7 +111,7 @@ pub(super) fn start(
     let looks = Looks {
         dead_rows,
         advertise: options.advertise_url.clone(),
-        key: schema_key(&options.schema),
+        key: super::schema::lock_key(&options.schema),
         seen: seen.clone(),
     };
     let task = tokio::spawn(run(primary, looks)).abort_handle();
@@ -130,7 +122,7 @@ pub(super) fn start(
 struct Looks {
     dead_rows: i64,
     advertise: Option<String>,
-    /// The lock's second key ([`schema_key`]).
+    /// The lock's second key (`schema::lock_key`).
     key: i32,
     seen: Arc<Seen>,
 }
@@ -186,21 +178,27 @@ async fn run(primary: Arc<Primary>, looks: Looks) {
 /// Whether this connection holds the upkeep lock, taking it if it is free
 /// (held already: not taken again, which would stack it), the dead and live
 /// row versions, and the URL the holder wrote, if the connection that wrote
-/// it holds the lock. A connection the pool opened again after a failure
-/// holds nothing, which the lock table says.
-const LOOK: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+/// it holds the lock and beat within the last 3 s (three looks: a holder
+/// whose process stalled is passed over). A connection the pool
+/// opened again after a failure holds nothing, which the lock table says.
+/// The holder's own look renews its beat (the row names its connection).
+const LOOK: &str = "WITH beat AS (UPDATE upkeep_holder SET beat_at = clock_timestamp() \
+       WHERE pid = pg_backend_pid()) \
+     SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
        AND pid = pg_backend_pid() AND granted AND classid = $1 AND objid = $2 AND objsubid = 2) \
      THEN true ELSE pg_try_advisory_lock($1, $2) END, \
      pg_stat_get_dead_tuples('receipts'::regclass), pg_stat_get_live_tuples('receipts'::regclass), \
      (SELECT h.url FROM upkeep_holder AS h JOIN pg_locks AS l ON l.pid = h.pid \
        WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 \
        AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database \
-         WHERE datname = current_database()))";
+         WHERE datname = current_database()) \
+       AND h.beat_at > clock_timestamp() - interval '3 seconds')";
 
 /// The holder's row: where it takes claims and outcomes (none without
 /// `--advertise-url`), and its connection's pid.
 const HOLDER: &str = "INSERT INTO upkeep_holder (url, pid) VALUES ($1, pg_backend_pid()) \
-     ON CONFLICT (only_row) DO UPDATE SET url = excluded.url, pid = excluded.pid";
+     ON CONFLICT (only_row) DO UPDATE SET url = excluded.url, pid = excluded.pid, \
+       beat_at = clock_timestamp()";
 
 async fn look(pool: &PgPool, looks: &Looks) -> sqlx::Result<()> {
     let (held, dead, live, url): (bool, i64, i64, Option<String>) = sqlx::query_as(LOOK)

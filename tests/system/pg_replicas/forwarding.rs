@@ -31,16 +31,12 @@ async fn claim(client: &reqwest::Client, base: &str) -> (u16, Value) {
     post(client, &format!("{base}/v1/claims"), &body).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_reach_the_replica_doing_the_upkeep_and_stay_served_when_it_goes() {
-    let _turn = crate::turn(module_path!());
-    let Some(url) = common::fresh_postgres_url().await else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let args = replica_args(&url);
+/// Two replicas advertising their URLs, 100 receipts enqueued, and which of
+/// them serves the claims sent to either.
+async fn two_forwarding(dir: &std::path::Path, url: &str) -> (Vec<common::process::Server>, usize) {
+    let args = replica_args(url);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut replicas = start_replicas_as(dir.path(), 2, &args, true).await;
+    let replicas = start_replicas_as(dir, 2, &args, true).await;
     let client = client();
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
     let receipts: Vec<Value> = (0..100)
@@ -78,6 +74,19 @@ async fn writes_reach_the_replica_doing_the_upkeep_and_stay_served_when_it_goes(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    (replicas, holder)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_reach_the_replica_doing_the_upkeep_and_stay_served_when_it_goes() {
+    let _turn = crate::turn(module_path!());
+    let Some(url) = common::fresh_postgres_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut replicas, holder) = two_forwarding(dir.path(), &url).await;
+    let client = client();
+    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
     let other = 1 - holder;
     // The holder goes: the other serves the next claim itself, at once.
     replicas.remove(holder).kill();
@@ -91,4 +100,50 @@ async fn writes_reach_the_replica_doing_the_upkeep_and_stay_served_when_it_goes(
     assert!(started.elapsed() < Duration::from_secs(5));
     let (status, _) = get(&client, &format!("{}/readyz", bases[other])).await;
     assert_eq!(status, 200);
+}
+
+/// A replica doing the upkeep that stops answering without going (SIGSTOP:
+/// a stalled host, a long GC-like pause) keeps its lock, since its database
+/// session lives on; the others stop sending it their writes within seconds
+/// and serve them themselves, rather than wait out every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_replica_doing_the_upkeep_is_passed_over_within_seconds() {
+    let _turn = crate::turn(module_path!());
+    let Some(url) = common::fresh_postgres_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (replicas, holder) = two_forwarding(dir.path(), &url).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    let other = &replicas[1 - holder].base;
+    replicas[holder].signal("STOP");
+    let stopped = Instant::now();
+    let served = loop {
+        let body = json!({"worker_id": "w", "lease_ms": 30_000, "limit": 1});
+        let answer = client
+            .post(format!("{other}/v1/claims"))
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(answer) = answer
+            && answer.status() == 200
+        {
+            break answer.json::<Value>().await.expect("claims");
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(20),
+            "the other replica kept sending its claims to the stalled one"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let waited = stopped.elapsed();
+    replicas[holder].signal("CONT");
+    assert!(
+        served["claims"].as_array().is_some_and(|c| c.len() == 1),
+        "{served}"
+    );
+    println!("forwarding: a stalled holder was passed over after {waited:?}");
 }
