@@ -26,6 +26,8 @@ pub struct Replica {
     log: PathBuf,
     /// More command-line arguments for `settled`.
     extra_args: Vec<String>,
+    /// Where it listens: an ephemeral port, or one kept across restarts.
+    listen: String,
     child: Option<Child>,
     /// Where workers reach it; empty while it is down.
     pub base: Arc<RwLock<String>>,
@@ -54,6 +56,7 @@ impl Replica {
             skew,
             log: dir.join(format!("{name}.log")),
             extra_args: Vec::new(),
+            listen: "127.0.0.1:0".to_owned(),
             child: None,
             base: Arc::new(RwLock::new(String::new())),
         }
@@ -68,6 +71,16 @@ impl Replica {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Listen on `address` at every start and advertise it to the other
+    /// replicas (`--advertise-url`).
+    #[must_use]
+    pub fn advertised(mut self, address: &str) -> Self {
+        self.listen = address.to_owned();
+        self.extra_args
+            .extend(["--advertise-url".to_owned(), format!("http://{address}")]);
+        self
     }
 
     /// Start it and wait until it listens (at most `within`).
@@ -93,7 +106,7 @@ impl Replica {
         }
         // Its log goes to the log file, the line naming its address too.
         let mut log = log;
-        let spawned = process::spawn(cmd, "127.0.0.1:0", move |line| {
+        let spawned = process::spawn(cmd, &self.listen, move |line| {
             let _ = std::io::Write::write_all(&mut log, format!("{line}\n").as_bytes());
         })?;
         let address = spawned.address(within);

@@ -11,6 +11,7 @@ use clap::ValueEnum;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+use settled_test_support::process;
 use settled_test_support::rng::Rng;
 
 use super::Res;
@@ -31,6 +32,10 @@ pub enum Scenario {
     /// Three servers on one PostgreSQL; one host's clock is 30 s fast.
     #[value(name = "postgres-3")]
     Postgres3,
+    /// As `postgres-3`, each replica advertising its URL (`--advertise-url`):
+    /// the one doing the upkeep takes the others' worker writes.
+    #[value(name = "postgres-3-forwarding")]
+    Postgres3Forwarding,
     /// Two servers on a Patroni cluster of three PostgreSQL nodes
     /// (tests/ha/cluster.sh), through a proxy per node.
     #[value(name = "postgres-ha")]
@@ -153,7 +158,7 @@ async fn run_on(
         .into());
     }
     let count = match scenario {
-        Scenario::Postgres3 => 3,
+        Scenario::Postgres3 | Scenario::Postgres3Forwarding => 3,
         Scenario::PostgresHa => 2,
         _ => 1,
     };
@@ -169,6 +174,10 @@ async fn run_on(
         let skew = fake_clock.then_some(if i == 2 { 30 } else { 0 });
         let mut replica =
             Replica::new(&format!("settled-{i}"), exe, &url, dir, skew).with_args(extra);
+        if scenario == Scenario::Postgres3Forwarding {
+            // One address for the whole run: the others forward to it across restarts.
+            replica = replica.advertised(&process::free_loopback_address()?);
+        }
         replica.start(Duration::from_secs(60))?;
         replicas.push(Arc::new(Mutex::new(replica)));
     }
