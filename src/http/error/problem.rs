@@ -58,6 +58,7 @@ pub enum ProblemCode {
     Forbidden,
     CrossSiteRequest,
     HostNotAllowed,
+    MisdirectedRequest,
     LeaseConflict,
     LeaseExpired,
     ReceiptNotLeased,

@@ -19,15 +19,18 @@ use tokio::sync::watch;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ProblemCode};
 use crate::http::{BODY_READ_TIMEOUT, REQUEST_TIMEOUT, wire};
 use crate::store::SharedStore;
 
-/// Set on a request sent on: the holder serves it, whoever it thinks holds.
+/// Set on a request sent on, to the sender's store binding (`GET /v1/info`):
+/// the holder serves it, whoever it thinks holds, if it serves the same
+/// database; a replica of another one refuses it (421), and the sender
+/// serves it itself.
 pub const FORWARDED: &str = "settled-forwarded";
 
 /// How long a holder that could not be reached is left alone.
@@ -99,6 +102,8 @@ pub struct Forwarder {
     /// long poll there would outlast this replica's own, ended at once).
     shutdown: watch::Receiver<bool>,
     client: reqwest::Client,
+    /// This database's store binding, hex: the mark of a request sent on.
+    binding: String,
     /// A holder that could not be reached, and since when.
     unreachable: Arc<Mutex<Option<(String, Instant)>>>,
 }
@@ -120,6 +125,7 @@ impl Forwarder {
             .build()
             .expect("an HTTP client with no TLS settings builds");
         Self {
+            binding: store.settlement_store_binding().to_hex(),
             store,
             shutdown,
             client,
@@ -181,8 +187,19 @@ fn worker_write(method: &Method, path: &str) -> bool {
     }
 }
 
-/// Send workers' writes on to the holder; serve everything else here.
+/// Send workers' writes on to the holder; serve everything else here, and
+/// what was sent on here from a replica of this database.
 pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -> Response {
+    if let Some(mark) = request.headers().get(FORWARDED)
+        && mark.as_bytes() != f.binding.as_bytes()
+    {
+        return ApiError::auth(
+            StatusCode::MISDIRECTED_REQUEST,
+            ProblemCode::MisdirectedRequest,
+            "sent on by a replica of another database: this one serves another",
+        )
+        .into_response();
+    }
     let Some(holder) = f.holder_for(&request) else {
         return next.run(request).await;
     };
@@ -203,11 +220,19 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
         .client
         .request(parts.method.clone(), &target)
         .headers(headers)
-        .header(FORWARDED, "1")
+        .header(FORWARDED, &f.binding)
         .body(bytes.clone())
         .send()
         .await;
     match sent {
+        // The advertised URL leads to a replica of another database, which
+        // did nothing with it: serve it here.
+        Ok(answer) if answer.status() == StatusCode::MISDIRECTED_REQUEST => {
+            tracing::warn!(holder = %holder, "the replica at the advertised URL serves another database; serving here");
+            f.could_not_reach(holder);
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
         Ok(answer) => passed_back(answer).await,
         // Nothing reached the holder: serve it here.
         Err(e) if e.is_connect() => {

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::{client, get, post, replica_args, start_replicas_as};
 use crate::common;
+use crate::common::process::Launch;
 
 /// Claim requests a replica served (`settled_claim_requests_total`, every
 /// result summed).
@@ -24,6 +25,10 @@ pub(super) async fn claims_served(client: &reqwest::Client, base: &str) -> f64 {
         .filter(|l| l.starts_with("settled_claim_requests_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
 
 async fn claim(client: &reqwest::Client, base: &str) -> (u16, Value) {
@@ -146,4 +151,73 @@ async fn a_stalled_replica_doing_the_upkeep_is_passed_over_within_seconds() {
         "{served}"
     );
     println!("forwarding: a stalled holder was passed over after {waited:?}");
+}
+
+/// An `--advertise-url` that leads to a replica of another database (a
+/// shared service name, an address reused) must never hand that database's
+/// receipts to this one's workers: the replica there refuses what a replica
+/// of another database sent on (421), and the sender serves it itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_on_to_a_replica_of_another_database_is_served_at_home() {
+    let _turn = crate::turn(module_path!());
+    let (Some(home), Some(away)) = (
+        common::fresh_postgres_url().await,
+        common::fresh_postgres_url().await,
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let client = client();
+    // Their logs are kept (not shown), for the sender's warning below.
+    let start = |args: Vec<String>| {
+        let launch = Launch::new(dir.path()).args(&refs(&args));
+        async move { launch.spawn().ready_async().await }
+    };
+    let enqueue = |base: &str, id: &str| {
+        let (client, url) = (client.clone(), format!("{base}/v1/receipts"));
+        let body = json!({"receipt_id": id, "finalized_at": 1_764_460_800});
+        async move {
+            let (status, body) = post(&client, &url, &body).await;
+            assert!(status == 201 || status == 200, "{body}");
+        }
+    };
+    let elsewhere = start(replica_args(&away)).await;
+    enqueue(&elsewhere.base, "away-1").await;
+    // At home, the first replica (which takes the upkeep lock as it starts)
+    // advertises the other database's replica; the second sends it its claims.
+    let mut first_args = replica_args(&home);
+    first_args.extend(["--advertise-url".to_owned(), elsewhere.base.clone()]);
+    let first = start(first_args).await;
+    let second = start(replica_args(&home)).await;
+    for i in 0..50 {
+        enqueue(&first.base, &format!("home-{i}")).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !second.log_text().contains("serves another database") {
+        let (status, body) = claim(&client, &second.base).await;
+        assert_eq!(status, 200, "{body}");
+        for claimed in body["claims"].as_array().expect("claims") {
+            let id = claimed["receipt_id"].as_str().unwrap_or_default();
+            assert!(
+                id.starts_with("home-"),
+                "another database's receipt handed out: {body}"
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second replica never sent a claim on to the advertised URL"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = claim(&client, &second.base).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["claims"][0]["receipt_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("home-")),
+        "{body}"
+    );
+    let (_, away_receipt) = get(&client, &format!("{}/v1/receipts/away-1", elsewhere.base)).await;
+    assert_eq!(away_receipt["state"], "pending", "{away_receipt}");
+    drop(first);
 }

@@ -37,6 +37,7 @@ public enum ProblemCode {
     FORBIDDEN("forbidden"),
     CROSS_SITE_REQUEST("cross_site_request"),
     HOST_NOT_ALLOWED("host_not_allowed"),
+    MISDIRECTED_REQUEST("misdirected_request"),
     LEASE_CONFLICT("lease_conflict"),
     LEASE_EXPIRED("lease_expired"),
     RECEIPT_NOT_LEASED("receipt_not_leased"),
