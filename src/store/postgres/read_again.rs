@@ -6,9 +6,10 @@
 //! moment after it is told to, so a connection can pass its ping and fail
 //! the statement after it. A read changed nothing, so it is run again on
 //! another connection rather than answered 503. Writes are not: their
-//! callers are told to send them again (docs/api.md, 503).
+//! callers are told to send them again (docs/high-availability.md).
 
 use std::future::Future;
+use std::io::ErrorKind;
 
 use super::{PostgresStore, is_disconnect};
 use crate::domain::{BackendFault, StoreError};
@@ -38,8 +39,9 @@ impl PostgresStore {
 }
 
 /// Whether `error` says the connection was closed under the call: the
-/// server ended it (SQLSTATE 57P01, 57P02, 08…) or the socket failed.
-/// Not a pool timeout: waiting a second time would only double the wait.
+/// server ended it (SQLSTATE 57P01, 57P02, 08…) or the socket was closed.
+/// Not a pool or socket timeout (a silent server): waiting a second time
+/// would only double the wait.
 fn lost_connection(error: &StoreError) -> bool {
     let StoreError::Backend {
         fault: BackendFault::Connection,
@@ -50,7 +52,14 @@ fn lost_connection(error: &StoreError) -> bool {
         return false;
     };
     match cause.error().downcast_ref::<sqlx::Error>() {
-        Some(sqlx::Error::Io(_)) => true,
+        Some(sqlx::Error::Io(io)) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof
+                | ErrorKind::NotConnected
+        ),
         Some(sqlx::Error::Database(db)) => db.code().is_some_and(|code| is_disconnect(&code)),
         _ => false,
     }
@@ -62,8 +71,10 @@ mod tests {
 
     #[test]
     fn only_a_closed_connection_is_read_again() {
-        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert!(lost_connection(&StoreError::from(sqlx::Error::Io(reset))));
+        let io = |kind| StoreError::from(sqlx::Error::Io(std::io::Error::from(kind)));
+        assert!(lost_connection(&io(ErrorKind::ConnectionReset)));
+        assert!(lost_connection(&io(ErrorKind::UnexpectedEof)));
+        assert!(!lost_connection(&io(ErrorKind::TimedOut)));
         assert!(!lost_connection(&StoreError::from(
             sqlx::Error::PoolTimedOut
         )));
