@@ -27,6 +27,23 @@ pub(super) async fn claims_served(client: &reqwest::Client, base: &str) -> f64 {
         .sum()
 }
 
+/// Enqueue `ids` at `base` in one batch; each must be created.
+async fn enqueue(client: &reqwest::Client, base: &str, ids: impl Iterator<Item = String>) {
+    let receipts: Vec<Value> = ids
+        .map(|id| json!({"receipt_id": id, "finalized_at": 1_764_460_800}))
+        .collect();
+    let (status, body) = post(
+        client,
+        &format!("{base}/v1/receipts/batch"),
+        &json!({"receipts": receipts}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for result in body["results"].as_array().expect("results") {
+        assert_eq!(result["status"], "created", "{result}");
+    }
+}
+
 fn refs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
@@ -44,16 +61,7 @@ async fn two_forwarding(dir: &std::path::Path, url: &str) -> (Vec<common::proces
     let replicas = start_replicas_as(dir, 2, &args, true).await;
     let client = client();
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
-    let receipts: Vec<Value> = (0..100)
-        .map(|i| json!({"receipt_id": format!("f-{i}"), "finalized_at": 1_764_460_800}))
-        .collect();
-    let (status, body) = post(
-        &client,
-        &format!("{}/v1/receipts/batch", bases[0]),
-        &json!({"receipts": receipts}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    enqueue(&client, &bases[0], (0..100).map(|i| format!("f-{i}"))).await;
     // Within a few of the replicas' looks (once a second), a claim sent to
     // either is served by the same one.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -173,25 +181,15 @@ async fn a_request_sent_on_to_a_replica_of_another_database_is_served_at_home() 
         let launch = Launch::new(dir.path()).args(&refs(&args));
         async move { launch.spawn().ready_async().await }
     };
-    let enqueue = |base: &str, id: &str| {
-        let (client, url) = (client.clone(), format!("{base}/v1/receipts"));
-        let body = json!({"receipt_id": id, "finalized_at": 1_764_460_800});
-        async move {
-            let (status, body) = post(&client, &url, &body).await;
-            assert!(status == 201 || status == 200, "{body}");
-        }
-    };
     let elsewhere = start(replica_args(&away)).await;
-    enqueue(&elsewhere.base, "away-1").await;
+    enqueue(&client, &elsewhere.base, ["away-1".to_owned()].into_iter()).await;
     // At home, the first replica (which takes the upkeep lock as it starts)
     // advertises the other database's replica; the second sends it its claims.
     let mut first_args = replica_args(&home);
     first_args.extend(["--advertise-url".to_owned(), elsewhere.base.clone()]);
     let first = start(first_args).await;
     let second = start(replica_args(&home)).await;
-    for i in 0..50 {
-        enqueue(&first.base, &format!("home-{i}")).await;
-    }
+    enqueue(&client, &first.base, (0..50).map(|i| format!("home-{i}"))).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !second.log_text().contains("serves another database") {
         let (status, body) = claim(&client, &second.base).await;
