@@ -166,6 +166,11 @@ pub struct ServeArgs {
     /// longer than any producer may retry an enqueue.
     #[arg(long, env = "SETTLED_RETAIN_FINISHED", value_parser = humantime::parse_duration)]
     pub retain_finished: Option<std::time::Duration>,
+    /// Forget idle groups: every this long, the replica doing the upkeep passes over the group
+    /// rows and deletes those with no limits set and no active receipt (a receipt naming the
+    /// group again brings it back), e.g. `1h`; `0s` keeps every group.
+    #[arg(long, env = "SETTLED_FORGET_IDLE_GROUPS", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub forget_idle_groups: std::time::Duration,
     /// Log line format.
     #[arg(long, env = "SETTLED_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -3,6 +3,7 @@
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod group_sweep;
 pub mod healthcheck;
 pub mod http;
 pub mod retention;

@@ -127,6 +127,13 @@ pub async fn run(
             rx.clone(),
         ));
     }
+    if !args.forget_idle_groups.is_zero() {
+        tokio::spawn(crate::group_sweep::run(
+            store.clone(),
+            args.forget_idle_groups,
+            rx.clone(),
+        ));
+    }
     let mut state = AppState::new(store, policy, clock, rx)
         .with_tokens(tokens)
         .with_allowed_hosts(hosts)

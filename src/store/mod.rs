@@ -8,6 +8,7 @@ mod explain;
 pub mod fair;
 mod feed;
 mod group_list;
+mod idle_groups;
 mod new_receipt;
 pub mod postgres;
 mod row_status;
@@ -31,6 +32,7 @@ pub use connect::{OpenError, open_store};
 pub use fair::DueClaims;
 pub use feed::{BadFeedPosition, FeedEntry, FeedPosition, FeedRead, FeedStart};
 pub use group_list::{GLANCE_GROUPS, GroupQuery};
+pub use idle_groups::{PAGE as IDLE_GROUPS_PAGE, SweptGroups};
 pub use new_receipt::{Enqueued, NewReceipt};
 pub use row_status::Status;
 pub use search::{ReceiptFilter, SearchOrder, SearchPage, SearchResults};
@@ -152,6 +154,11 @@ pub trait SettlementOutcomeStore: Send + Sync {
         limits: &GroupLimits,
         now_ms: UnixMs,
     ) -> StoreResult<()>;
+
+    /// One page of a sweep of the group rows named after `after` (`""`: from
+    /// the first), at most `limit`: forget those of idle groups, with no
+    /// limits set and no active receipt (docs/groups.md).
+    async fn forget_idle_groups(&self, after: &str, limit: usize) -> StoreResult<SweptGroups>;
 
     /// Atomically commit outcomes for exact, unexpired claims, each judged on
     /// its own, in one durable transaction.

@@ -27,6 +27,7 @@ mod counts;
 mod actions;
 mod feed;
 mod groups;
+mod idle_groups;
 mod priorities;
 mod search;
 mod stats;

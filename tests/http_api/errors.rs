@@ -168,6 +168,9 @@ impl SettlementOutcomeStore for BrokenStore {
     async fn status(&self, _: UnixMs, _: usize) -> StoreResult<StatusView> {
         self.fail().await
     }
+    async fn forget_idle_groups(&self, _: &str, _: usize) -> StoreResult<SweptGroups> {
+        self.fail().await
+    }
     async fn purge_finished(&self, _: UnixMs, _: usize) -> StoreResult<u64> {
         self.fail().await
     }

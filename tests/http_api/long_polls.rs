@@ -118,6 +118,9 @@ impl SettlementOutcomeStore for Counting {
     async fn status(&self, now: UnixMs, limit: usize) -> StoreResult<StatusView> {
         self.inner.status(now, limit).await
     }
+    async fn forget_idle_groups(&self, after: &str, limit: usize) -> StoreResult<SweptGroups> {
+        self.inner.forget_idle_groups(after, limit).await
+    }
     async fn purge_finished(&self, before: UnixMs, limit: usize) -> StoreResult<u64> {
         self.inner.purge_finished(before, limit).await
     }

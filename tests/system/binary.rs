@@ -11,6 +11,8 @@ mod start_errors;
 
 mod pg_schema;
 
+mod idle_groups;
+
 fn settled() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_settled"));
     cmd.env_remove("SETTLED_DATABASE_URL")

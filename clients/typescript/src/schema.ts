@@ -181,7 +181,8 @@ export interface paths {
         };
         /**
          * List the groups with their limits, depth, live leases and oldest due
-         *     age. Every group ever named is listed (`default` always).
+         *     age. Every group named by a receipt or given limits is listed (`default`
+         *     always), until it is forgotten while idle (`--forget-idle-groups`).
          * @description Token roles allowed: `reader`, `operator`.
          */
         get: operations["v1.groups.list"];
@@ -2169,7 +2170,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            /** @description No receipt ever named this group and no limits were set on it */
+            /** @description No receipt named this group and no limits were set on it, or it was forgotten while idle */
             404: {
                 headers: {
                     [name: string]: unknown;

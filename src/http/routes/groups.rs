@@ -47,7 +47,8 @@ pub struct GroupsOut {
 }
 
 /// List the groups with their limits, depth, live leases and oldest due
-/// age. Every group ever named is listed (`default` always).
+/// age. Every group named by a receipt or given limits is listed (`default`
+/// always), until it is forgotten while idle (`--forget-idle-groups`).
 #[utoipa::path(get, path = "/v1/groups", security(("bearer" = ["reader", "operator"])), operation_id = "v1.groups.list", tag = "groups",
     params(GroupPageQuery),
     responses(
@@ -96,7 +97,7 @@ async fn list(
     params(("group" = String, Path, description = "Group name (1..=128 UTF-8 bytes, no control characters)", min_length = 1, max_length = 128)),
     responses(
         (status = 200, description = "The group", body = GroupView),
-        (status = 404, description = "No receipt ever named this group and no limits were set on it", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No receipt named this group and no limits were set on it, or it was forgotten while idle", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad group name", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_one(

@@ -87,6 +87,16 @@ async fn act_all(
     }
     append_history(tx, &changed).await?;
     if action.may_make_due() {
+        // Their groups may have been forgotten while they had nothing active
+        // (src/store/postgres/idle_groups.rs: this waits for a sweep's page).
+        sqlx::query(
+            "INSERT INTO receipt_groups (name) SELECT DISTINCT receipt_group FROM receipts \
+             WHERE receipt_id = ANY($1::text[]) AND receipt_group <> 'default' \
+             ORDER BY receipt_group ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&changed_ids)
+        .execute(&mut **tx)
+        .await?;
         announce(tx).await?;
     }
     Ok(results)

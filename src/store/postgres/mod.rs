@@ -34,6 +34,7 @@ mod enqueue;
 mod feed;
 mod groups;
 mod guarded;
+mod idle_groups;
 mod keepalive;
 mod lease;
 mod listen;
@@ -77,7 +78,7 @@ use crate::store::{
     ActionResult, BackendKind, ClaimAsk, DeadLetter, DeadLetterCursor, DueClaims, Enqueued,
     FeedRead, FeedStart, GroupQuery, GroupView, NewReceipt, OperatorAction, ReceiptClaim,
     ReceiptFilter, ReceiptView, Reported, SearchPage, SearchResults, SettlementOutcomeStore,
-    StatsMinute, StatusView, StoreResult,
+    StatsMinute, StatusView, StoreResult, SweptGroups,
 };
 
 /// The channel on which replicas announce work that became due. Channels
@@ -262,6 +263,10 @@ impl SettlementOutcomeStore for PostgresStore {
     ) -> StoreResult<()> {
         self.bounded(self.set_group_limits(group, limits, now_ms))
             .await
+    }
+
+    async fn forget_idle_groups(&self, after: &str, limit: usize) -> StoreResult<SweptGroups> {
+        self.bounded(self.sweep_idle_groups(after, limit)).await
     }
 
     async fn record_claimed_outcomes(

@@ -36,6 +36,15 @@ pub fn act(
                 return Err(StoreError::backend("operator action changed no row"));
             }
             append_history(conn, &[(id, &actions::entry(action, found, actor, now))])?;
+            if action.may_make_due() {
+                // Its group may have been forgotten while it had nothing active.
+                conn.prepare_cached(
+                    "INSERT INTO receipt_groups (name) SELECT receipt_group FROM receipts \
+                     WHERE receipt_id = ?1 AND receipt_group <> 'default' \
+                     ON CONFLICT (name) DO NOTHING",
+                )?
+                .execute([id])?;
+            }
         }
         results.push(result);
     }

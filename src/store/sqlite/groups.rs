@@ -10,6 +10,9 @@ use super::super::group_list::{self, GroupListRow};
 use super::lookup::json;
 use crate::domain::{GroupLimits, GroupName};
 use crate::store::fair::{FairClaim, GroupRow, in_turn, limits};
+use crate::store::idle_groups::{
+    SweptGroups, forget_groups_sql, idle_groups_sql, idle_names, swept,
+};
 use crate::store::rules::{claim_groups_sql, lapsed_sql, next_group_sql, unleased_sql};
 use crate::store::walk::walked_groups;
 use crate::store::{GroupQuery, GroupView, StoreResult};
@@ -190,4 +193,33 @@ pub async fn list(pool: &SqlitePool, now: i64, query: &GroupQuery) -> StoreResul
         .fetch_all(pool)
         .await?;
     rows.into_iter().map(|r| r.view(now)).collect()
+}
+
+/// The page of group rows after `?1` (at most `?2`), each with whether it is
+/// idle (src/store/idle_groups.rs).
+const IDLE_GROUPS: &str = idle_groups_sql!(
+    "receipts INDEXED BY receipts_due",
+    "receipts INDEXED BY receipts_leases",
+    "?1",
+    "?2"
+);
+const FORGET: &str = forget_groups_sql!("json_each(?1)");
+
+/// One page of a sweep, on the single writer: nothing can enqueue into a
+/// group between the read and the delete.
+pub fn forget_idle(conn: &Connection, after: &str, limit: usize) -> StoreResult<SweptGroups> {
+    let page = conn
+        .prepare_cached(IDLE_GROUPS)?
+        .query_map(
+            rusqlite::params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, bool>(1)?)),
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let idle = idle_names(&page);
+    let forgotten = if idle.is_empty() {
+        0
+    } else {
+        conn.prepare_cached(FORGET)?.execute([json(&idle)?])? as u64
+    };
+    Ok(swept(&page, forgotten, limit))
 }

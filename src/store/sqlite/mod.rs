@@ -33,7 +33,7 @@ use crate::store::{
     Acted, ActionResult, BackendKind, DeadLetter, DeadLetterCursor, DueClaims, Enqueued, FeedRead,
     FeedStart, GroupQuery, GroupView, NewReceipt, OperatorAction, ReceiptClaim, ReceiptFilter,
     ReceiptView, SearchPage, SearchResults, SettlementOutcomeStore, StatsMinute, StatusView,
-    StoreResult,
+    StoreResult, SweptGroups,
 };
 use enqueue::EnqueueItem;
 use group_commit::Writer;
@@ -138,6 +138,13 @@ impl SettlementOutcomeStore for SqliteStore {
         // Resumed or raised: waiting claims look again.
         self.notify.notify_waiters();
         Ok(())
+    }
+
+    async fn forget_idle_groups(&self, after: &str, limit: usize) -> StoreResult<SweptGroups> {
+        let after = after.to_owned();
+        self.writer
+            .solo(move |conn| groups::forget_idle(conn, &after, limit))
+            .await
     }
 
     async fn record_claimed_outcomes(
