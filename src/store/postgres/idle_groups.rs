@@ -5,21 +5,18 @@
 //! unlisted. So a page is read and deleted under `SHARE ROW EXCLUSIVE` on
 //! `receipt_groups`, which waits for every transaction that wrote to it
 //! (enqueues, operators' limits, redrives) and keeps new ones out until
-//! commit. The lock waits at most [`LOCK_WAIT`]; claims, which only read the
+//! commit. The lock waits at most 100 ms (`begin_sweep`); claims, which only read the
 //! groups and lock limited ones, never wait for it.
 
 use super::super::idle_groups::{
     SweptGroups, forget_groups_sql, idle_groups_sql, idle_names, swept,
 };
+use super::tx::begin_sweep;
 use super::{PostgresStore, finish};
 use crate::store::StoreResult;
 
 const IDLE_GROUPS: &str = idle_groups_sql!("receipts", "receipts", "$1", "$2");
 const FORGET: &str = forget_groups_sql!("unnest($1::text[]) AS u (value)");
-
-/// How long a page waits for the table lock before the sweep gives up until
-/// its next pass: while it waits, new enqueues queue behind it.
-const LOCK_WAIT: &str = "SET LOCAL lock_timeout = '100ms'";
 
 impl PostgresStore {
     pub(super) async fn sweep_idle_groups(
@@ -27,9 +24,8 @@ impl PostgresStore {
         after: &str,
         limit: usize,
     ) -> StoreResult<SweptGroups> {
-        let mut tx = self.begin().await?;
+        let mut tx = begin_sweep(&self.pool).await?;
         let result: StoreResult<SweptGroups> = async {
-            sqlx::query(LOCK_WAIT).execute(&mut *tx).await?;
             sqlx::query("LOCK TABLE receipt_groups IN SHARE ROW EXCLUSIVE MODE")
                 .execute(&mut *tx)
                 .await?;

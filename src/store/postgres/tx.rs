@@ -68,6 +68,24 @@ pub(super) async fn begin_read(pool: &PgPool) -> StoreResult<Tx> {
     .await
 }
 
+/// A transaction for a page of the idle-group sweep
+/// (src/store/postgres/idle_groups.rs), on index ranges only
+/// ([`index_ranges_only`]: its probes of the claim index were scans of the
+/// whole table on a table that grew since it was analyzed), waiting at most
+/// 100 ms for a lock: while the sweep waits for the group table, new
+/// enqueues queue behind it.
+pub(super) async fn begin_sweep(pool: &PgPool) -> StoreResult<Tx> {
+    begin_with(
+        pool,
+        concat!(
+            "BEGIN; ",
+            index_ranges_only!(),
+            "; SET LOCAL lock_timeout = '100ms'"
+        ),
+    )
+    .await
+}
+
 /// A transaction opened with `statement`, on a task of its own: sqlx 0.9.0
 /// returns a connection to the pool still inside a transaction when the
 /// future of `begin` is dropped during its `BEGIN` round trip (a client that
