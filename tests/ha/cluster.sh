@@ -302,6 +302,19 @@ start_patroni() {
         "${SETPRIV[@]}" patroni "$HA_DIR/$name.yml"
 }
 
+# The cluster's ports lie in Linux's ephemeral range (32768-60999): a client
+# connection of anything on the machine may take one as its local port between
+# the check below and the bind, and a member then fails with "Address already
+# in use". Reserved ports are never handed out that way; a process may still
+# bind them. Added to the machine's list (root only; others go without).
+reserve_ports() {
+    local file=/proc/sys/net/ipv4/ip_local_reserved_ports have want
+    [[ -w $file ]] || return 0
+    have=$(<"$file")
+    want="$HAPROXY_PORT-${PG_PORTS[2]},${API_PORTS[0]}-${API_PORTS[2]}"
+    echo "${have:+$have,}$want" >"$file" 2>/dev/null || true
+}
+
 cmd_up() {
     local sync=sync start i name
     while (( $# )); do
@@ -315,6 +328,7 @@ cmd_up() {
     choose_etcd_api
     start=$(now)
     cmd_down
+    reserve_ports
     for i in $ETCD_CLIENT_PORT $ETCD_PEER_PORT $HAPROXY_PORT "${PG_PORTS[@]}" "${API_PORTS[@]}"; do
         if port_in_use "$i"; then
             ss -ltnp 2>/dev/null | grep ":$i " >&2 || true
