@@ -5,8 +5,10 @@
 //! unlisted. So a page is read and deleted under `SHARE ROW EXCLUSIVE` on
 //! `receipt_groups`, which waits for every transaction that wrote to it
 //! (enqueues, operators' limits, redrives) and keeps new ones out until
-//! commit. The lock waits at most 100 ms (`begin_sweep`); claims, which only read the
-//! groups and lock limited ones, never wait for it.
+//! commit. The lock waits at most 100 ms (`begin_sweep`). Claims read the
+//! groups and lock limited ones `FOR UPDATE`, which does not conflict; only
+//! a claim spending a rate-limited group's tokens (an `UPDATE`) waits for a
+//! page.
 
 use super::super::idle_groups::{
     SweptGroups, forget_groups_sql, idle_groups_sql, idle_names, swept,
