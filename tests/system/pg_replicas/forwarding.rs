@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{client, get, post, replica_args, start_replicas_as};
+use super::{client, enqueue_batch, get, post, replica_args, start_replicas_as};
 use crate::common;
 use crate::common::process::Launch;
 
@@ -32,16 +32,7 @@ async fn enqueue(client: &reqwest::Client, base: &str, ids: impl Iterator<Item =
     let receipts: Vec<Value> = ids
         .map(|id| json!({"receipt_id": id, "finalized_at": 1_764_460_800}))
         .collect();
-    let (status, body) = post(
-        client,
-        &format!("{base}/v1/receipts/batch"),
-        &json!({"receipts": receipts}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    for result in body["results"].as_array().expect("results") {
-        assert_eq!(result["status"], "created", "{result}");
-    }
+    enqueue_batch(client, base, receipts).await;
 }
 
 fn refs(args: &[String]) -> Vec<&str> {

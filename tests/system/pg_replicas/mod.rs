@@ -111,6 +111,27 @@ pub(crate) async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (
     send(client, reqwest::Method::POST, url, Some(body)).await
 }
 
+/// Enqueue `receipts` at `base` in one batch; each must be created. How many
+/// were.
+pub(crate) async fn enqueue_batch(
+    client: &reqwest::Client,
+    base: &str,
+    receipts: Vec<Value>,
+) -> usize {
+    let (status, body) = post(
+        client,
+        &format!("{base}/v1/receipts/batch"),
+        &json!({"receipts": receipts}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().expect("results");
+    for result in results {
+        assert_eq!(result["status"], "created", "{result}");
+    }
+    results.len()
+}
+
 mod forwarding;
 mod rail;
 mod workers;

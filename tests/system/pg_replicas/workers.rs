@@ -141,17 +141,7 @@ pub(super) async fn produce(client: reqwest::Client, bases: Vec<String>) -> usiz
             })
             .collect();
         let base = &bases[n % bases.len()];
-        let (status, body) = post(
-            &client,
-            &format!("{base}/v1/receipts/batch"),
-            &json!({"receipts": receipts}),
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        for result in body["results"].as_array().expect("results") {
-            assert_eq!(result["status"], "created", "{result}");
-            created += 1;
-        }
+        created += enqueue_batch(&client, base, receipts).await;
         // Producers trickle work in while the workers run.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
