@@ -13,11 +13,36 @@ use std::time::{Duration, Instant};
 pub const QUIET_LOG: &str = "warn,settled::server=info";
 
 /// A loopback address whose port was free a moment ago, for a process that
-/// must know its address before it starts (`--advertise-url`); it fails to
-/// start if another took the port meanwhile.
+/// must know its address before it starts (`--advertise-url`), and keeps it
+/// across restarts; it fails to start if another took the port meanwhile.
+/// The port lies below the kernel's ephemeral range, which it hands out as
+/// the local port of every outgoing connection: there, any client on the
+/// machine (a test run makes thousands of connections) could hold the port
+/// when the process starts or restarts on it.
 pub fn free_loopback_address() -> std::io::Result<String> {
+    let (from, to) = fixed_ports();
+    for _ in 0..100 {
+        let mut bytes = [0u8; 2];
+        getrandom::fill(&mut bytes).expect("the system's random source");
+        let port = from + u16::from_le_bytes(bytes) % (to - from);
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return Ok(listener.local_addr()?.to_string());
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.to_string())
+}
+
+/// Up to 12 000 ports just below the ephemeral range (Linux's
+/// `ip_local_port_range`; 32768 by default), above the registered ports
+/// services are usually given.
+fn fixed_ports() -> (u16, u16) {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .filter(|low| *low > 11_000)
+        .unwrap_or(32_768);
+    (low.saturating_sub(12_000).max(10_000), low)
 }
 
 /// A started process that has not yet said where it listens.
