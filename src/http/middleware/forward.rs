@@ -7,7 +7,8 @@
 //! included: the holder checks it again) and its answer is passed back as
 //! the holder gave it. A holder that cannot be reached is not asked again
 //! for a second, and meanwhile this replica serves the requests itself, as
-//! it would alone; a request sent on whose answer was lost is answered 503,
+//! it would alone; a request sent on whose answer was lost, or whose holder
+//! was passed over while it waited (a stalled process), is answered 503,
 //! which the API documents as safe to send again. A request that was sent
 //! on already is never sent on again, so two replicas that each think the
 //! other holds the lock serve it rather than pass it back and forth.
@@ -35,6 +36,10 @@ pub const FORWARDED: &str = "settled-forwarded";
 
 /// How long a holder that could not be reached is left alone.
 const UNREACHABLE_FOR: Duration = Duration::from_secs(1);
+
+/// How often a request waiting for the holder's answer checks that the
+/// holder is still the one (it is looked for once a second).
+const LOOK_AGAIN: Duration = Duration::from_millis(250);
 
 /// Longest wait for a connection to the holder, on the replicas' network.
 const CONNECT_WAIT: Duration = Duration::from_millis(250);
@@ -216,14 +221,17 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
         parts.uri.path_and_query().map_or("", |p| p.as_str())
     );
     let headers = passable(&parts.headers, &NOT_PASSED);
-    let sent = f
+    let send = f
         .client
         .request(parts.method.clone(), &target)
         .headers(headers)
         .header(FORWARDED, &f.binding)
         .body(bytes.clone())
-        .send()
-        .await;
+        .send();
+    let sent = tokio::select! {
+        sent = send => sent,
+        () = passed_over(&f, &holder) => return stalled(),
+    };
     match sent {
         // The advertised URL leads to a replica of another database, which
         // did nothing with it: serve it here.
@@ -233,7 +241,10 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Ok(answer) => passed_back(answer).await,
+        Ok(answer) => tokio::select! {
+            answer = passed_back(answer) => answer,
+            () = passed_over(&f, &holder) => stalled(),
+        },
         // Nothing reached the holder: serve it here.
         Err(e) if e.is_connect() => {
             tracing::warn!(holder = %holder, error = %e, "cannot reach the replica doing the upkeep; serving here");
@@ -245,6 +256,26 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
             ApiError::unavailable(&format!("the replica doing the upkeep: {e}")).into_response()
         }
     }
+}
+
+/// Resolves once the store no longer names `holder` as the replica doing
+/// the upkeep: its beat went stale (a stalled process keeps its lock) or
+/// another replica took over. A request sent on to it before then would
+/// otherwise wait out the whole time limit for an answer that may never
+/// come; one it is still answering (a long poll) goes on.
+async fn passed_over(f: &Forwarder, holder: &str) {
+    loop {
+        tokio::time::sleep(LOOK_AGAIN).await;
+        if f.store.forward_to().as_deref() != Some(holder) {
+            return;
+        }
+    }
+}
+
+/// A request sent on to a holder that was passed over since: whether it
+/// did anything with it is not known, and sending it again is safe.
+fn stalled() -> Response {
+    ApiError::unavailable("the replica doing the upkeep stopped answering").into_response()
 }
 
 /// The holder's answer, as it gave it (but for the connection's headers).

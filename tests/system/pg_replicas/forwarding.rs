@@ -109,7 +109,9 @@ async fn writes_reach_the_replica_doing_the_upkeep_and_stay_served_when_it_goes(
 /// A replica doing the upkeep that stops answering without going (SIGSTOP:
 /// a stalled host, a long GC-like pause) keeps its lock, since its database
 /// session lives on; the others stop sending it their writes within seconds
-/// and serve them themselves, rather than wait out every request.
+/// and serve them themselves, rather than wait out every request. A request
+/// already sent on to it is answered 503 (safe to send again) once it is
+/// passed over, not after the request's whole time limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_replica_doing_the_upkeep_is_passed_over_within_seconds() {
     let _turn = crate::turn(module_path!());
@@ -125,6 +127,31 @@ async fn a_stalled_replica_doing_the_upkeep_is_passed_over_within_seconds() {
     let other = &replicas[1 - holder].base;
     replicas[holder].signal("STOP");
     let stopped = Instant::now();
+    // Sent on at once (the holder beat a moment ago), to a process that
+    // will not answer.
+    let patient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(25))
+        .build()
+        .expect("client");
+    let body = json!({"worker_id": "w", "lease_ms": 30_000, "limit": 1});
+    let waiting = patient
+        .post(format!("{other}/v1/claims"))
+        .json(&body)
+        .send()
+        .await
+        .expect("a request waiting on the stalled holder is answered");
+    let answered = stopped.elapsed();
+    assert_eq!(waiting.status(), 503, "{:?}", waiting.text().await);
+    assert_eq!(
+        waiting.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    let problem: Value = waiting.json().await.expect("problem+json");
+    assert_eq!(problem["code"], "backend_unavailable", "{problem}");
+    assert!(
+        answered < Duration::from_secs(15),
+        "a request sent on to the stalled holder waited {answered:?}"
+    );
     let served = loop {
         let body = json!({"worker_id": "w", "lease_ms": 30_000, "limit": 1});
         let answer = client
@@ -149,7 +176,10 @@ async fn a_stalled_replica_doing_the_upkeep_is_passed_over_within_seconds() {
         served["claims"].as_array().is_some_and(|c| c.len() == 1),
         "{served}"
     );
-    println!("forwarding: a stalled holder was passed over after {waited:?}");
+    println!(
+        "forwarding: a request waiting on a stalled holder answered 503 after {answered:?}; \
+         the holder was passed over after {waited:?}"
+    );
 }
 
 /// An `--advertise-url` that leads to a replica of another database (a
