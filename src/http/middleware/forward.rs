@@ -259,8 +259,9 @@ pub async fn forward(State(f): State<Forwarder>, request: Request, next: Next) -
 }
 
 /// Resolves once the store no longer names `holder` as the replica doing
-/// the upkeep: its beat went stale (a stalled process keeps its lock) or
-/// another replica took over. A request sent on to it before then would
+/// the upkeep: its beat went stale (a stalled process keeps its lock),
+/// another replica took over, or this one lost sight of the lock (its own
+/// look failed, or it follows a new primary). A request sent on to it before then would
 /// otherwise wait out the whole time limit for an answer that may never
 /// come; one it is still answering (a long poll) goes on.
 async fn passed_over(f: &Forwarder, holder: &str) {
