@@ -153,7 +153,6 @@ async fn a_stalled_replica_doing_the_upkeep_is_passed_over_within_seconds() {
         "a request sent on to the stalled holder waited {answered:?}"
     );
     let served = loop {
-        let body = json!({"worker_id": "w", "lease_ms": 30_000, "limit": 1});
         let answer = client
             .post(format!("{other}/v1/claims"))
             .json(&body)
