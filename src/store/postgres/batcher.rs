@@ -56,10 +56,19 @@ struct Request<J: Mergeable> {
 struct Waiting<J: Mergeable> {
     requests: Mutex<mpsc::UnboundedReceiver<Request<J>>>,
     /// Items sent and not yet taken into a group.
-    items: AtomicUsize,
+    items: Arc<AtomicUsize>,
     /// Told when `items` reaches [`SPLIT_ITEMS`], and when the queue closes.
     crowded: Notify,
     closed: AtomicBool,
+}
+
+/// Whether a queue has requests waiting to be taken into a group.
+pub(super) struct Backlog(Arc<AtomicUsize>);
+
+impl Backlog {
+    pub fn waiting(&self) -> bool {
+        self.0.load(Ordering::SeqCst) > 0
+    }
 }
 
 /// A queue of one store; its tasks end when the store is dropped.
@@ -90,7 +99,7 @@ impl<J: Mergeable> Batcher<J> {
         let (queue, requests) = mpsc::unbounded_channel();
         let waiting = Arc::new(Waiting {
             requests: Mutex::new(requests),
-            items: AtomicUsize::new(0),
+            items: Arc::new(AtomicUsize::new(0)),
             crowded: Notify::new(),
             closed: AtomicBool::new(false),
         });
@@ -115,6 +124,11 @@ impl<J: Mergeable> Batcher<J> {
             waiting,
             bound,
         }
+    }
+
+    /// What tells whether requests wait to be taken into a group.
+    pub fn backlog(&self) -> Backlog {
+        Backlog(self.waiting.items.clone())
     }
 
     /// Run `job`, merged with whatever else is waiting, within the bound:

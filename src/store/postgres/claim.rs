@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use sqlx::PgConnection;
+
 use super::claim_batch::ClaimJob;
 use super::groups::{Covered, admit_one, groups_for_claim, retake, spend};
 use super::writes::Job;
@@ -146,7 +148,11 @@ const READ_DUE: &str = concat!(
 
 /// Share a claim of `wanted` out over the groups: read their due rows in
 /// passes until the round robin is known; the quota of each group.
-async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<Vec<u64>> {
+async fn share_out(
+    conn: &mut PgConnection,
+    fair: &mut FairClaim,
+    now: i64,
+) -> StoreResult<Vec<u64>> {
     while let Some(reads) = fair.next_reads() {
         if reads.len() == 1 && fair.groups.len() == 1 {
             // One group: its quota is what it may give, no read needed (the
@@ -165,7 +171,7 @@ async fn share_out(tx: &mut Tx, fair: &mut FairClaim, now: i64) -> StoreResult<V
             .bind(now)
             .bind(&names)
             .bind(&depths)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *conn)
             .await?;
         // Each group's rows in claim order: highest priority, then oldest due.
         rows.sort_by(|a, b| {
@@ -245,7 +251,7 @@ async fn claim_one(
 /// in order): the claims in position order, fewer when fewer rows are due
 /// or limits hold them back.
 pub(super) async fn lease_due(
-    tx: &mut Tx,
+    conn: &mut PgConnection,
     slots: &[(&str, i64)],
     now: i64,
     only: &[GroupName],
@@ -253,12 +259,12 @@ pub(super) async fn lease_due(
 ) -> StoreResult<DueClaims<Claimed>> {
     let (after, wanted) = (turn_after(turn), slots.len() as u64);
     let bound = Some(walk_bound(wanted));
-    let (mut fair, covered) = groups_for_claim(tx, only, &after, now, wanted, bound).await?;
-    let mut quotas = share_out(tx, &mut fair, now).await?;
+    let (mut fair, covered) = groups_for_claim(conn, only, &after, now, wanted, bound).await?;
+    let mut quotas = share_out(conn, &mut fair, now).await?;
     if covered != Covered::All && !walked_enough(&quotas, wanted) {
-        retake(tx, covered).await?;
-        (fair, _) = groups_for_claim(tx, only, &after, now, wanted, None).await?;
-        quotas = share_out(tx, &mut fair, now).await?;
+        retake(conn, covered).await?;
+        (fair, _) = groups_for_claim(conn, only, &after, now, wanted, None).await?;
+        quotas = share_out(conn, &mut fair, now).await?;
     }
     fair.pass_turn(turn, &quotas);
     let (names, quotas): (Vec<&str>, Vec<i64>) = fair
@@ -282,7 +288,7 @@ pub(super) async fn lease_due(
         .bind(slots.iter().map(|(owner, _)| *owner).collect::<Vec<_>>())
         .bind(tokens)
         .bind(slots.iter().map(|(_, until)| *until).collect::<Vec<_>>())
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await?;
     rows.sort_by_key(|r| r.pick);
     // What each group gave, counted in one pass over the rows.
@@ -295,7 +301,7 @@ pub(super) async fn lease_due(
         .iter()
         .map(|g| by_group.get(g.name.as_str()).copied().unwrap_or(0))
         .collect();
-    spend(tx, fair.spent(&taken)).await?;
+    spend(conn, fair.spent(&taken)).await?;
     let claims = rows
         .iter()
         .map(|r| {
@@ -357,7 +363,7 @@ impl PostgresStore {
                 until,
                 limit: ask.limit.get(),
                 only: ask.only.to_vec(),
-                turn: self.turn.clone(),
+                claiming: self.claiming.clone(),
                 carried,
             })
             .await

@@ -3,19 +3,22 @@
 //! workers sent along (`POST /v1/claims` with `outcomes`, src/store/carried.rs);
 //! claims of different groups, or a group the database refused, one by one.
 
+use std::sync::Arc;
+
 use sqlx::PgPool;
 
 use super::claim::lease_due;
+use super::claim_tx::Claiming;
 use super::writes::{self, Answer, Job};
 use super::{Tx, begin_claim, finish};
 use crate::domain::{BackendFault, Claimed, GroupName, StoreError, WorkerId};
 use crate::store::StoreResult;
 use crate::store::carried::Reported;
-use crate::store::fair::{DueClaims, Turn};
+use crate::store::fair::DueClaims;
 
 async fn claim_batch(tx: &mut Tx, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
     let slots = vec![(job.worker_id.as_str(), job.until); job.limit];
-    lease_due(tx, &slots, job.now, &job.only, &job.turn).await
+    lease_due(tx, &slots, job.now, &job.only, &job.claiming.turn).await
 }
 
 /// One worker's batch claim, as the claim queue carries it.
@@ -25,7 +28,8 @@ pub(super) struct ClaimJob {
     pub until: i64,
     pub limit: usize,
     pub only: Vec<GroupName>,
-    pub turn: Turn,
+    /// The replica's turn over the groups, and its kept transaction.
+    pub claiming: Arc<Claiming>,
     /// The outcomes sent along (a [`Job::Outcomes`]), recorded before the claim.
     pub carried: Option<Job>,
 }
@@ -52,13 +56,11 @@ impl super::batcher::Mergeable for ClaimJob {
 /// The answers in job order, and whether the outcomes made work due.
 type Answers = (Vec<StoreResult<Reported>>, bool);
 
-/// Merged when every claim names the same groups (and there is something
-/// to merge); one by one otherwise, or when the database refused something
-/// of the merged transaction, so that only the claims and outcomes that
-/// meet it fail.
+/// Merged when every claim names the same groups; one by one otherwise, or
+/// when the database refused something of the merged transaction, so that
+/// only the claims and outcomes that meet it fail.
 async fn claim_jobs(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
-    let together = jobs.iter().all(|j| j.only == jobs[0].only);
-    if together && (jobs.len() > 1 || jobs[0].carried.is_some()) {
+    if jobs.iter().all(|j| j.only == jobs[0].only) {
         match claim_merged(pool, jobs).await {
             Ok(Some(answers)) => return answers,
             Ok(None) => {}
@@ -123,17 +125,18 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
     let carried: Vec<&Job> = jobs.iter().filter_map(|j| j.carried.as_ref()).collect();
-    let mut tx = begin_claim(pool).await?;
+    let claiming = &jobs[0].claiming;
+    let mut tx = claiming.begin(pool).await?;
     let (recorded, wakes) = if carried.is_empty() {
         (Vec::new(), false)
     } else {
         match writes::run_in(&mut tx, &carried).await {
             Ok(Some(done)) => done,
             Ok(None) => {
-                tx.rollback().await?;
+                claiming.rollback(tx).await?;
                 return Ok(None);
             }
-            Err(e) => return finish(tx, Err(e)).await,
+            Err(e) => return claiming.finish(tx, Err(e)).await,
         }
     };
     let recorded = match recorded
@@ -142,10 +145,13 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
         .collect::<StoreResult<Vec<_>>>()
     {
         Ok(recorded) if recorded.len() == carried.len() => recorded,
-        Ok(_) => return finish(tx, Err(StoreError::internal("outcomes left unanswered"))).await,
-        Err(e) => return finish(tx, Err(e)).await,
+        Ok(_) => {
+            let unanswered = StoreError::internal("outcomes left unanswered");
+            return claiming.finish(tx, Err(unanswered)).await;
+        }
+        Err(e) => return claiming.finish(tx, Err(e)).await,
     };
-    let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &jobs[0].turn).await {
+    let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &claiming.turn).await {
         Ok(due) => due,
         // A claim the server failed (a time limit, a lock it gave up on)
         // must not take the outcomes with it: they are recorded alone.
@@ -153,16 +159,16 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
             fault: BackendFault::Answered,
             ..
         }) if !carried.is_empty() => {
-            tx.rollback().await?;
+            claiming.rollback(tx).await?;
             return Ok(None);
         }
-        Err(e @ StoreError::Backend { .. }) => return finish(tx, Err(e)).await,
+        Err(e @ StoreError::Backend { .. }) => return claiming.finish(tx, Err(e)).await,
         Err(_) => {
-            tx.rollback().await?;
+            claiming.rollback(tx).await?;
             return Ok(None);
         }
     };
-    super::commit(tx).await?;
+    claiming.commit(tx).await?;
     let mut recorded = recorded.into_iter();
     let mut claims = due.claims.into_iter();
     let answers = jobs

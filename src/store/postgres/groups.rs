@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 
 use super::super::group_list::{self, GroupListRow};
+use sqlx::PgConnection;
+
 use super::{PostgresStore, Tx};
 use crate::domain::{GroupLimits, GroupName, UnixMs};
 use crate::store::fair::{FairClaim, GroupRow, in_turn, limits};
@@ -86,10 +88,10 @@ pub(super) enum Covered {
 const BOUNDED_WALK: &str = "SAVEPOINT bounded_walk";
 
 /// Give up the locks of a bounded walk before a walk of every group.
-pub(super) async fn retake(tx: &mut Tx, covered: Covered) -> StoreResult<()> {
+pub(super) async fn retake(conn: &mut PgConnection, covered: Covered) -> StoreResult<()> {
     if covered == (Covered::Walked { saved: true }) {
         sqlx::query("ROLLBACK TO SAVEPOINT bounded_walk")
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
     }
     Ok(())
@@ -99,7 +101,7 @@ pub(super) async fn retake(tx: &mut Tx, covered: Covered) -> StoreResult<()> {
 /// live leases; with no groups named, those of a walk of at most `bound`
 /// groups with work (`None`: every one), and what they cover.
 pub(super) async fn groups_for_claim(
-    tx: &mut Tx,
+    conn: &mut PgConnection,
     only: &[GroupName],
     after: &str,
     now: i64,
@@ -113,7 +115,7 @@ pub(super) async fn groups_for_claim(
             .bind(now)
             .bind(after)
             .bind(i64::try_from(bound).unwrap_or(i64::MAX))
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *conn)
             .await?;
         let rows = rows
             .into_iter()
@@ -123,7 +125,7 @@ pub(super) async fn groups_for_claim(
     } else {
         let stored: Vec<StoredGroup> = sqlx::query_as(NAMED_GROUPS)
             .bind(&names)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *conn)
             .await?;
         let mut groups = stored
             .into_iter()
@@ -148,16 +150,16 @@ pub(super) async fn groups_for_claim(
     };
     if !limited.is_empty() {
         if !complete {
-            sqlx::query(BOUNDED_WALK).execute(&mut **tx).await?;
+            sqlx::query(BOUNDED_WALK).execute(&mut *conn).await?;
         }
         let locked: Vec<StoredGroup> = sqlx::query_as(LOCK_GROUPS)
             .bind(&limited)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *conn)
             .await?;
         let counts: Vec<(String, i64)> = sqlx::query_as(LIVE_LEASED)
             .bind(now)
             .bind(&limited)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *conn)
             .await?;
         live = counts
             .into_iter()
@@ -191,7 +193,10 @@ pub(super) async fn admit_one(tx: &mut Tx, name: &str, now: i64) -> StoreResult<
 }
 
 /// Store the buckets a claim spent from, in one statement.
-pub(super) async fn spend(tx: &mut Tx, spent: Vec<(String, f64, i64)>) -> StoreResult<()> {
+pub(super) async fn spend(
+    conn: &mut PgConnection,
+    spent: Vec<(String, f64, i64)>,
+) -> StoreResult<()> {
     if spent.is_empty() {
         return Ok(());
     }
@@ -201,7 +206,7 @@ pub(super) async fn spend(tx: &mut Tx, spent: Vec<(String, f64, i64)>) -> StoreR
         .bind(names)
         .bind(tokens)
         .bind(ats)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     Ok(())
 }

@@ -28,6 +28,7 @@ mod batcher;
 mod careful;
 mod claim;
 mod claim_batch;
+mod claim_tx;
 mod commit_gate;
 mod conninfo;
 mod enqueue;
@@ -69,7 +70,6 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use super::fair::Turn;
 use crate::domain::{
     BackendFault, Claim, ClaimLimit, Claimed, GroupLimits, GroupName, LeaseMs, Outcome, ReceiptId,
     RetryPolicy, Route, SettlementStoreBinding, StoreError, UnixMs, WorkerId,
@@ -103,8 +103,8 @@ pub struct PostgresStore {
     /// Which server is the writer, and the task following it.
     primary: Arc<primary::Primary>,
     follower: AbortHandle,
-    /// Where this replica's next claim's turn over the groups starts after.
-    turn: Turn,
+    /// The claims' turn over the groups, and their kept transaction.
+    claiming: Arc<claim_tx::Claiming>,
     /// Longest a store call may take before it is answered as a backend
     /// failure, so that a silent network cannot hold a request (the server's
     /// `statement_timeout` cannot end a call whose answers never arrive).

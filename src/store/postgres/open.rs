@@ -8,10 +8,9 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 
-use super::super::fair::Turn;
 use super::super::{explain, rules};
 use super::schema::{self, DEFAULT_SCHEMA, conn_info, prepare};
-use super::{PostgresStore, batcher, keepalive, listen, primary, upkeep};
+use super::{PostgresStore, batcher, claim_tx, keepalive, listen, primary, upkeep};
 use crate::domain::{SettlementStoreBinding, StoreError};
 use crate::store::{SharedStore, StoreResult};
 
@@ -173,6 +172,11 @@ impl PostgresStore {
             )),
         );
         let upkeep = upkeep::start(primary.clone(), options, leading);
+        let claiming = Arc::new(claim_tx::Claiming::new(
+            primary.clone(),
+            claims.backlog(),
+            Duration::from_millis(statement_timeout),
+        ));
         // Last, once nothing can fail: the store's drop is what stops it.
         let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         Ok(Self {
@@ -183,10 +187,10 @@ impl PostgresStore {
             upkeep,
             primary,
             follower,
-            turn: Turn::default(),
             bound,
             writes,
             claims,
+            claiming,
         })
     }
 }

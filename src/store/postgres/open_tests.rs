@@ -4,19 +4,18 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::test_support::{fresh_url, raw};
+use super::test_support::{fresh_store_with, fresh_url, raw};
 use super::{PostgresOptions, PostgresStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooled_connections_carry_the_statement_timeout() {
-    let Some(url) = fresh_url().await else {
-        return;
-    };
     let options = PostgresOptions {
         statement_timeout_ms: 1_234,
         ..PostgresOptions::default()
     };
-    let store = PostgresStore::connect(&url, &options).await.unwrap();
+    let Some((_, store)) = fresh_store_with(&options).await else {
+        return;
+    };
     let shown: String = sqlx::query_scalar("SHOW statement_timeout")
         .fetch_one(&store.pool)
         .await

@@ -27,8 +27,13 @@ pub async fn fresh_url() -> Option<String> {
 
 /// A store on a new database, with the default options.
 pub async fn fresh_store() -> Option<(String, PostgresStore)> {
+    fresh_store_with(&PostgresOptions::default()).await
+}
+
+/// A store on a new database, with `options`.
+pub async fn fresh_store_with(options: &PostgresOptions) -> Option<(String, PostgresStore)> {
     let url = fresh_url().await?;
-    let store = PostgresStore::connect(&url, &PostgresOptions::default())
+    let store = PostgresStore::connect(&url, options)
         .await
         .expect("open postgres");
     Some((url, store))

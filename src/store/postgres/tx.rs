@@ -38,16 +38,25 @@ macro_rules! index_ranges_only {
 /// trigger is told to leave it
 /// (migrations/postgres/0015_counts_in_statement.sql).
 pub(super) async fn begin_claim(pool: &PgPool) -> StoreResult<Tx> {
-    begin_with(
-        pool,
+    begin_with(pool, BEGIN_CLAIM).await
+}
+
+macro_rules! begin_claim_sql {
+    () => {
         concat!(
             "BEGIN; ",
             index_ranges_only!(),
             "; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL settled.counted = on"
-        ),
-    )
-    .await
+        )
+    };
 }
+
+/// What opens a claim's transaction ([`begin_claim`]).
+pub(super) const BEGIN_CLAIM: &str = begin_claim_sql!();
+
+/// A claim transaction's `COMMIT`, and the next one opened, as one query
+/// (src/store/postgres/claim_tx.rs).
+pub(super) const COMMIT_AND_BEGIN: &str = concat!("COMMIT; ", begin_claim_sql!());
 
 /// A consistent snapshot for reads, on index ranges only
 /// ([`index_ranges_only`]). Its statements are planned once per connection
