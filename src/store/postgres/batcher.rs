@@ -23,6 +23,8 @@ use crate::store::StoreResult;
 /// A request that can be merged with others of its kind.
 pub(super) trait Mergeable: Send + Sized + 'static {
     type Answer: Send + 'static;
+    /// What the queue's groups share (its kept connection, say).
+    type Shared: Send + Sync + 'static;
 
     /// How many items it carries, to bound a group.
     fn size(&self) -> usize;
@@ -30,6 +32,7 @@ pub(super) trait Mergeable: Send + Sized + 'static {
     /// Run a group; the answers in order, and whether work became due.
     fn run(
         pool: &PgPool,
+        shared: &Arc<Self::Shared>,
         jobs: &[Self],
     ) -> impl Future<Output = (Vec<StoreResult<Self::Answer>>, bool)> + Send;
 }
@@ -60,6 +63,7 @@ struct Waiting<J: Mergeable> {
     /// Told when `items` reaches [`SPLIT_ITEMS`], and when the queue closes.
     crowded: Notify,
     closed: AtomicBool,
+    shared: Arc<J::Shared>,
 }
 
 /// Whether a queue has requests waiting to be taken into a group.
@@ -88,20 +92,25 @@ impl<J: Mergeable> Drop for Batcher<J> {
 
 impl<J: Mergeable> Batcher<J> {
     /// Start `tasks` group runners on `pool`. `bound` limits a group like any
-    /// store call; `notify` is signalled after a group made work due.
+    /// store call; `notify` is signalled after a group made work due;
+    /// `shared`, given the queue's backlog, makes what its groups share.
     pub fn start(
         pool: PgPool,
         tasks: usize,
         bound: Option<Duration>,
         notify: Arc<Notify>,
         turns: Option<(Queue, Arc<AtomicBool>)>,
+        shared: impl FnOnce(Backlog) -> J::Shared,
     ) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
+        let items = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(shared(Backlog(items.clone())));
         let waiting = Arc::new(Waiting {
             requests: Mutex::new(requests),
-            items: Arc::new(AtomicUsize::new(0)),
+            items,
             crowded: Notify::new(),
             closed: AtomicBool::new(false),
+            shared,
         });
         let turns = turns.map(|(queue, leading)| Turns::new(pool.clone(), queue, leading));
         tokio::spawn(serve(
@@ -124,11 +133,6 @@ impl<J: Mergeable> Batcher<J> {
             waiting,
             bound,
         }
-    }
-
-    /// What tells whether requests wait to be taken into a group.
-    pub fn backlog(&self) -> Backlog {
-        Backlog(self.waiting.items.clone())
     }
 
     /// Run `job`, merged with whatever else is waiting, within the bound:
@@ -212,7 +216,7 @@ async fn serve<J: Mergeable>(
             None => false,
         };
         let group = gather(&waiting, first).await;
-        run_group(&pool, group, bound, &notify).await;
+        run_group(&pool, &waiting.shared, group, bound, &notify).await;
         if let (true, Some(turns)) = (turn, turns.as_mut()) {
             turns.give_back().await;
         }
@@ -240,7 +244,7 @@ async fn serve_crowded<J: Mergeable>(
             continue;
         }
         match next_group(&waiting).await {
-            Some(group) => run_group(&pool, group, bound, &notify).await,
+            Some(group) => run_group(&pool, &waiting.shared, group, bound, &notify).await,
             // Counted and not queued: held by the first task while it waits
             // for its turn, or about to be sent. Looking again at once would
             // spin a core for as long; the next send that crowds tells.
@@ -252,6 +256,7 @@ async fn serve_crowded<J: Mergeable>(
 /// Run one group and answer its callers.
 async fn run_group<J: Mergeable>(
     pool: &PgPool,
+    shared: &Arc<J::Shared>,
     group: Vec<Request<J>>,
     bound: Option<Duration>,
     notify: &Notify,
@@ -266,7 +271,7 @@ async fn run_group<J: Mergeable>(
     if jobs.is_empty() {
         return;
     }
-    let (answers, wakes) = run_contained(pool, jobs, bound).await;
+    let (answers, wakes) = run_contained(pool, shared, jobs, bound).await;
     if wakes {
         notify.notify_waiters();
     }
@@ -280,17 +285,18 @@ async fn run_group<J: Mergeable>(
 /// callers with an error instead of ending this queue's runner.
 async fn run_contained<J: Mergeable>(
     pool: &PgPool,
+    shared: &Arc<J::Shared>,
     jobs: Vec<J>,
     bound: Option<Duration>,
 ) -> (Vec<StoreResult<J::Answer>>, bool) {
     let count = jobs.len();
     let failed = |e: StoreError| ((0..count).map(|_| Err(e.clone())).collect(), false);
-    let pool = pool.clone();
+    let (pool, shared) = (pool.clone(), shared.clone());
     // Aborting the task before its commit cancels its statement and rolls
     // it back; after, the commit's answer is the group's.
     commit_gate::spawned_within(
         bound,
-        async move { J::run(&pool, &jobs).await },
+        async move { J::run(&pool, &shared, &jobs).await },
         || failed(StoreError::internal("a write task panicked")),
         failed,
     )

@@ -25,12 +25,17 @@ struct Fake {
 
 impl Mergeable for Fake {
     type Answer = ();
+    type Shared = ();
 
     fn size(&self) -> usize {
         self.size
     }
 
-    fn run(_: &PgPool, jobs: &[Self]) -> impl Future<Output = (Vec<StoreResult<()>>, bool)> + Send {
+    fn run(
+        _: &PgPool,
+        _: &Arc<()>,
+        jobs: &[Self],
+    ) -> impl Future<Output = (Vec<StoreResult<()>>, bool)> + Send {
         let log = jobs[0].log.clone();
         let holds: Vec<_> = jobs.iter().filter_map(|j| j.hold.clone()).collect();
         log.groups
@@ -58,6 +63,7 @@ fn start(tasks: usize) -> Arc<Batcher<Fake>> {
         None,
         Arc::new(Notify::new()),
         None,
+        |_| (),
     ))
 }
 

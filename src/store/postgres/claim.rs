@@ -363,7 +363,6 @@ impl PostgresStore {
                 until,
                 limit: ask.limit.get(),
                 only: ask.only.to_vec(),
-                claiming: self.claiming.clone(),
                 carried,
             })
             .await

@@ -8,17 +8,25 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use super::claim::lease_due;
-use super::claim_tx::Claiming;
+use super::kept::Kept;
 use super::writes::{self, Answer, Job};
 use super::{Tx, begin_claim, finish};
 use crate::domain::{BackendFault, Claimed, GroupName, StoreError, WorkerId};
 use crate::store::StoreResult;
 use crate::store::carried::Reported;
-use crate::store::fair::DueClaims;
+use crate::store::fair::{DueClaims, Turn};
 
-async fn claim_batch(tx: &mut Tx, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
+/// What the claims of one replica share.
+pub(super) struct Claiming {
+    /// Where this replica's next claim's turn over the groups starts after.
+    pub turn: Turn,
+    /// The claim queue's connection, kept while requests wait.
+    pub kept: Arc<Kept>,
+}
+
+async fn claim_batch(tx: &mut Tx, job: &ClaimJob, turn: &Turn) -> StoreResult<DueClaims<Claimed>> {
     let slots = vec![(job.worker_id.as_str(), job.until); job.limit];
-    lease_due(tx, &slots, job.now, &job.only, &job.claiming.turn).await
+    lease_due(tx, &slots, job.now, &job.only, turn).await
 }
 
 /// One worker's batch claim, as the claim queue carries it.
@@ -28,14 +36,13 @@ pub(super) struct ClaimJob {
     pub until: i64,
     pub limit: usize,
     pub only: Vec<GroupName>,
-    /// The replica's turn over the groups, and its kept transaction.
-    pub claiming: Arc<Claiming>,
     /// The outcomes sent along (a [`Job::Outcomes`]), recorded before the claim.
     pub carried: Option<Job>,
 }
 
 impl super::batcher::Mergeable for ClaimJob {
     type Answer = Reported;
+    type Shared = Claiming;
 
     fn size(&self) -> usize {
         self.limit.max(1)
@@ -47,9 +54,10 @@ impl super::batcher::Mergeable for ClaimJob {
 
     fn run(
         pool: &PgPool,
+        claiming: &Arc<Claiming>,
         jobs: &[Self],
     ) -> impl Future<Output = (Vec<StoreResult<Self::Answer>>, bool)> + Send {
-        claim_jobs(pool, jobs)
+        claim_jobs(pool, claiming, jobs)
     }
 }
 
@@ -59,33 +67,37 @@ type Answers = (Vec<StoreResult<Reported>>, bool);
 /// Merged when every claim names the same groups; one by one otherwise, or
 /// when the database refused something of the merged transaction, so that
 /// only the claims and outcomes that meet it fail.
-async fn claim_jobs(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
+async fn claim_jobs(pool: &PgPool, claiming: &Claiming, jobs: &[ClaimJob]) -> Answers {
     if jobs.iter().all(|j| j.only == jobs[0].only) {
-        match claim_merged(pool, jobs).await {
+        match claim_merged(pool, claiming, jobs).await {
             Ok(Some(answers)) => return answers,
             Ok(None) => {}
             Err(e) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
         }
     }
-    one_by_one(pool, jobs).await
+    one_by_one(pool, &claiming.turn, jobs).await
 }
 
 /// One claim in a transaction of its own: all or nothing.
-async fn claim_alone(pool: &PgPool, job: &ClaimJob) -> StoreResult<DueClaims<Claimed>> {
+async fn claim_alone(
+    pool: &PgPool,
+    job: &ClaimJob,
+    turn: &Turn,
+) -> StoreResult<DueClaims<Claimed>> {
     let mut tx = begin_claim(pool).await?;
-    let result = claim_batch(&mut tx, job).await;
+    let result = claim_batch(&mut tx, job, turn).await;
     finish(tx, result).await
 }
 
 /// The outcomes sent along recorded first, as the write queue records them
 /// (a refused item fails alone), then each claim in a transaction of its
 /// own. A claim whose outcomes could not be recorded is not made.
-async fn one_by_one(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
+async fn one_by_one(pool: &PgPool, turn: &Turn, jobs: &[ClaimJob]) -> Answers {
     let carried: Vec<&Job> = jobs.iter().filter_map(|j| j.carried.as_ref()).collect();
     let (recorded, wakes) = if carried.is_empty() {
         (Vec::new(), false)
     } else {
-        writes::run_jobs(pool, &carried).await
+        writes::run_jobs(pool, None, &carried).await
     };
     let mut recorded = recorded.into_iter();
     let mut answers = Vec::with_capacity(jobs.len());
@@ -104,7 +116,7 @@ async fn one_by_one(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
                 }
             },
         };
-        let claimed = claim_alone(pool, job).await;
+        let claimed = claim_alone(pool, job, turn).await;
         answers.push(Ok(Reported { results, claimed }));
     }
     (answers, wakes)
@@ -118,25 +130,29 @@ async fn one_by_one(pool: &PgPool, jobs: &[ClaimJob]) -> Answers {
 /// later one may get fewer rows than are due by its own clock, as a claim
 /// that meets locked rows may. `Ok(None)`: the database refused a write or
 /// a stored row, and everything was rolled back.
-async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<Answers>> {
+async fn claim_merged(
+    pool: &PgPool,
+    claiming: &Claiming,
+    jobs: &[ClaimJob],
+) -> StoreResult<Option<Answers>> {
     let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
     let slots: Vec<(&str, i64)> = jobs
         .iter()
         .flat_map(|j| std::iter::repeat_n((j.worker_id.as_str(), j.until), j.limit))
         .collect();
     let carried: Vec<&Job> = jobs.iter().filter_map(|j| j.carried.as_ref()).collect();
-    let claiming = &jobs[0].claiming;
-    let mut tx = claiming.begin(pool).await?;
+    let kept = &claiming.kept;
+    let mut tx = kept.begin(pool).await?;
     let (recorded, wakes) = if carried.is_empty() {
         (Vec::new(), false)
     } else {
         match writes::run_in(&mut tx, &carried).await {
             Ok(Some(done)) => done,
             Ok(None) => {
-                claiming.rollback(tx).await?;
+                Kept::rollback(tx).await?;
                 return Ok(None);
             }
-            Err(e) => return claiming.finish(tx, Err(e)).await,
+            Err(e) => return kept.finish(tx, Err(e)).await,
         }
     };
     let recorded = match recorded
@@ -147,9 +163,9 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
         Ok(recorded) if recorded.len() == carried.len() => recorded,
         Ok(_) => {
             let unanswered = StoreError::internal("outcomes left unanswered");
-            return claiming.finish(tx, Err(unanswered)).await;
+            return kept.finish(tx, Err(unanswered)).await;
         }
-        Err(e) => return claiming.finish(tx, Err(e)).await,
+        Err(e) => return kept.finish(tx, Err(e)).await,
     };
     let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &claiming.turn).await {
         Ok(due) => due,
@@ -159,16 +175,16 @@ async fn claim_merged(pool: &PgPool, jobs: &[ClaimJob]) -> StoreResult<Option<An
             fault: BackendFault::Answered,
             ..
         }) if !carried.is_empty() => {
-            claiming.rollback(tx).await?;
+            Kept::rollback(tx).await?;
             return Ok(None);
         }
-        Err(e @ StoreError::Backend { .. }) => return claiming.finish(tx, Err(e)).await,
+        Err(e @ StoreError::Backend { .. }) => return kept.finish(tx, Err(e)).await,
         Err(_) => {
-            claiming.rollback(tx).await?;
+            Kept::rollback(tx).await?;
             return Ok(None);
         }
     };
-    claiming.commit(tx).await?;
+    kept.commit(tx).await?;
     let mut recorded = recorded.into_iter();
     let mut claims = due.claims.into_iter();
     let answers = jobs

@@ -28,7 +28,6 @@ mod batcher;
 mod careful;
 mod claim;
 mod claim_batch;
-mod claim_tx;
 mod commit_gate;
 mod conninfo;
 mod enqueue;
@@ -37,6 +36,7 @@ mod groups;
 mod guarded;
 mod idle_groups;
 mod keepalive;
+mod kept;
 mod lease;
 mod listen;
 mod lookup;
@@ -103,8 +103,6 @@ pub struct PostgresStore {
     /// Which server is the writer, and the task following it.
     primary: Arc<primary::Primary>,
     follower: AbortHandle,
-    /// The claims' turn over the groups, and their kept transaction.
-    claiming: Arc<claim_tx::Claiming>,
     /// Longest a store call may take before it is answered as a backend
     /// failure, so that a silent network cannot hold a request (the server's
     /// `statement_timeout` cannot end a call whose answers never arrive).

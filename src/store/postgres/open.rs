@@ -8,9 +8,10 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 
+use super::super::fair::Turn;
 use super::super::{explain, rules};
 use super::schema::{self, DEFAULT_SCHEMA, conn_info, prepare};
-use super::{PostgresStore, batcher, claim_tx, keepalive, listen, primary, upkeep};
+use super::{PostgresStore, batcher, claim_batch, keepalive, kept, listen, primary, upkeep};
 use crate::domain::{SettlementStoreBinding, StoreError};
 use crate::store::{SharedStore, StoreResult};
 
@@ -151,6 +152,14 @@ impl PostgresStore {
             .then(|| Duration::from_millis(statement_timeout) + acquire_timeout * 2);
         // Set while this replica takes the others' writes: then it takes no turns.
         let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let keep = |backlog| {
+            kept::Kept::new(
+                primary.clone(),
+                backlog,
+                Duration::from_millis(statement_timeout),
+                options.max_connections,
+            )
+        };
         let writes = batcher::Batcher::start(
             pool.clone(),
             write_tasks(options.max_connections),
@@ -160,6 +169,7 @@ impl PostgresStore {
                 super::turns::Queue::new(1, &options.schema),
                 leading.clone(),
             )),
+            keep,
         );
         let claims = batcher::Batcher::start(
             pool.clone(),
@@ -170,13 +180,12 @@ impl PostgresStore {
                 super::turns::Queue::new(2, &options.schema),
                 leading.clone(),
             )),
+            |backlog| claim_batch::Claiming {
+                turn: Turn::default(),
+                kept: Arc::new(keep(backlog)),
+            },
         );
         let upkeep = upkeep::start(primary.clone(), options, leading);
-        let claiming = Arc::new(claim_tx::Claiming::new(
-            primary.clone(),
-            claims.backlog(),
-            Duration::from_millis(statement_timeout),
-        ));
         // Last, once nothing can fail: the store's drop is what stops it.
         let follower = tokio::spawn(primary.clone().follow(pool.clone())).abort_handle();
         Ok(Self {
@@ -190,7 +199,6 @@ impl PostgresStore {
             bound,
             writes,
             claims,
-            claiming,
         })
     }
 }

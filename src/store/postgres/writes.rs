@@ -5,10 +5,13 @@
 //! rules. The answers are those of running the callers one after another,
 //! each item in its order.
 
+use std::sync::Arc;
+
 use sqlx::{PgConnection, PgPool};
 
 use super::super::rules;
 use super::careful;
+use super::kept::Kept;
 use super::write_round::{UnitAnswer, run_round, units};
 use super::{begin, finish};
 use crate::domain::{Claim, Claimed, LeaseMs, Outcome, RetryPolicy, Route, StoreError, UnixMs};
@@ -43,6 +46,7 @@ pub(super) enum Answer {
 
 impl super::batcher::Mergeable for Job {
     type Answer = Answer;
+    type Shared = Kept;
 
     fn size(&self) -> usize {
         match self {
@@ -51,9 +55,13 @@ impl super::batcher::Mergeable for Job {
         }
     }
 
-    async fn run(pool: &PgPool, jobs: &[Self]) -> (Vec<StoreResult<Answer>>, bool) {
+    async fn run(
+        pool: &PgPool,
+        kept: &Arc<Kept>,
+        jobs: &[Self],
+    ) -> (Vec<StoreResult<Answer>>, bool) {
         let jobs: Vec<&Self> = jobs.iter().collect();
-        run_jobs(pool, &jobs).await
+        run_jobs(pool, Some(kept), &jobs).await
     }
 }
 
@@ -154,22 +162,36 @@ fn one_statement(jobs: &[&Job]) -> bool {
 
 /// Run a group of jobs as one durable transaction; a backend failure fails
 /// every job of the group, as it would have failed each alone. Returns the
-/// answers in job order and whether work became due.
-pub(super) async fn run_jobs(pool: &PgPool, jobs: &[&Job]) -> (Vec<StoreResult<Answer>>, bool) {
+/// answers in job order and whether work became due. A single statement
+/// runs on the queue's `kept` connection when it has one.
+pub(super) async fn run_jobs(
+    pool: &PgPool,
+    kept: Option<&Arc<Kept>>,
+    jobs: &[&Job],
+) -> (Vec<StoreResult<Answer>>, bool) {
     let fail_all = |e: StoreError| -> (Vec<StoreResult<Answer>>, bool) {
         (jobs.iter().map(|_| Err(e.clone())).collect(), false)
     };
     if one_statement(jobs) {
-        let mut conn = match pool.acquire().await {
+        let conn = match kept {
+            Some(kept) => kept.acquire(pool).await,
+            None => Kept::lend(pool).await,
+        };
+        let mut conn = match conn {
             Ok(conn) => conn,
-            Err(e) => return fail_all(e.into()),
+            Err(e) => return fail_all(e),
         };
         // The one statement commits by itself: past here, it is answered.
         if let Err(e) = super::commit_gate::may_commit() {
             return fail_all(e);
         }
         return match run_in(&mut conn, jobs).await {
-            Ok(Some((answers, wakes))) => (answers.into_iter().map(Ok).collect(), wakes),
+            Ok(Some((answers, wakes))) => {
+                if let Some(kept) = kept {
+                    kept.done(conn);
+                }
+                (answers.into_iter().map(Ok).collect(), wakes)
+            }
             // The refused statement changed nothing.
             Ok(None) => {
                 drop(conn);

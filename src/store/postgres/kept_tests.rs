@@ -1,7 +1,8 @@
-//! The claim queue's kept transaction (src/store/postgres/claim_tx.rs): a
-//! crowd of claims is served once each, every write made through the pool
-//! after it is committed (no borrower runs inside a kept transaction), and
-//! no connection stays idle in a transaction once the crowd is gone.
+//! The write queues' kept connections (src/store/postgres/kept.rs): a crowd
+//! of claims and outcomes is served once each and committed, every write
+//! made through the pool after it is committed (no borrower runs inside a
+//! kept transaction), and no connection stays idle in a transaction once
+//! the crowd is gone.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -51,9 +52,10 @@ async fn a_crowd_of_claims_leaves_no_transaction_open_behind_it() {
     let one = ClaimLimit::try_from(1).expect("limit");
     let receipts: Vec<_> = (0..RECEIPTS).map(|i| receipt(&format!("r{i}"))).collect();
     store.enqueue(&receipts, now).await.expect("enqueue");
-    // Workers each carrying the outcome of their last claim in the next,
-    // until nothing is due: the claim queue always has requests waiting
-    // behind the group it runs.
+    // Workers claiming one at a time until nothing is due, half of them
+    // carrying the outcome of their last claim in the next and half
+    // reporting it on its own: both queues always have requests waiting
+    // behind the group they run.
     let mut crowd = Vec::new();
     for w in 0..WORKERS {
         let store = store.clone();
@@ -86,6 +88,14 @@ async fn a_crowd_of_claims_leaves_no_transaction_open_behind_it() {
                     .into_iter()
                     .map(|c| (c.claim, accepted()))
                     .collect();
+                if w % 2 == 1 {
+                    let routes = store
+                        .record_claimed_outcomes(&done, RetryPolicy::default(), now)
+                        .await
+                        .expect("outcomes");
+                    assert!(routes.iter().all(Result::is_ok), "refused: {routes:?}");
+                    done.clear();
+                }
             }
         }));
     }
@@ -102,7 +112,7 @@ async fn a_crowd_of_claims_leaves_no_transaction_open_behind_it() {
         .fetch_one(&mut other)
         .await
         .expect("count");
-    assert_eq!(count, RECEIPTS as i64, "every carried outcome committed");
+    assert_eq!(count, RECEIPTS as i64, "every outcome committed");
     // The transaction opened for a group that did not come is given up, and
     // no connection went back to the pool inside one.
     let mut open = idle_in_transaction(&mut other).await;
