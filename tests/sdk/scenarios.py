@@ -543,9 +543,16 @@ class Scenarios:
             else:
                 n = s.db.terminate_backends()
                 what = f"{n} PostgreSQL connections terminated"
-            settled_then = s.counts()["settled"]
+            # /v1/status may answer 503 (Retry-After) while the server
+            # reconnects, as the failover scenario allows.
+            settled_then = wait_for("the counts", s.counts_or_none, 60)["settled"]
             log(f"  {what} at {settled_then} settled")
-            wait_for("progress after the outage", lambda: s.counts()["settled"] > settled_then + 100, 60, 0.05)
+
+            def progressed() -> bool:
+                counts = s.counts_or_none()
+                return counts is not None and counts["settled"] > settled_then + 100
+
+            wait_for("progress after the outage", progressed, 60, 0.05)
         wait_for("every receipt settled", lambda: s.counts()["settled"] == len(ids), 120, 0.1)
         for w in workers:
             w.signal(signal.SIGTERM)
