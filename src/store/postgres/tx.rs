@@ -55,7 +55,7 @@ macro_rules! begin_claim_sql {
 pub(super) const BEGIN_CLAIM: &str = begin_claim_sql!();
 
 /// A claim transaction's `COMMIT`, and the next one opened, as one query
-/// (src/store/postgres/claim_tx.rs).
+/// (src/store/postgres/kept.rs).
 pub(super) const COMMIT_AND_BEGIN: &str = concat!("COMMIT; ", begin_claim_sql!());
 
 /// A consistent snapshot for reads, on index ranges only
