@@ -135,6 +135,12 @@ impl<J: Mergeable> Batcher<J> {
         }
     }
 
+    /// What the queue's groups share.
+    #[cfg(test)]
+    pub fn shared(&self) -> &Arc<J::Shared> {
+        &self.waiting.shared
+    }
+
     /// Run `job`, merged with whatever else is waiting, within the bound:
     /// given up while it waits in the queue, never once a group took it
     /// (the group is given up as a whole before its commit, or answers).

@@ -69,10 +69,24 @@ type Answers = (Vec<StoreResult<Reported>>, bool);
 /// only the claims and outcomes that meet it fail.
 async fn claim_jobs(pool: &PgPool, claiming: &Claiming, jobs: &[ClaimJob]) -> Answers {
     if jobs.iter().all(|j| j.only == jobs[0].only) {
-        match claim_merged(pool, claiming, jobs).await {
+        let mut merged = claim_merged(pool, claiming, jobs).await;
+        // A kept transaction whose connection the server ended since (its
+        // connections terminated, say): nothing of it was committed, so the
+        // group runs again on a connection from the pool.
+        if let Err((
+            StoreError::Backend {
+                fault: BackendFault::Connection,
+                ..
+            },
+            true,
+        )) = merged
+        {
+            merged = claim_merged(pool, claiming, jobs).await;
+        }
+        match merged {
             Ok(Some(answers)) => return answers,
             Ok(None) => {}
-            Err(e) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
+            Err((e, _)) => return (jobs.iter().map(|_| Err(e.clone())).collect(), false),
         }
     }
     one_by_one(pool, &claiming.turn, jobs).await
@@ -129,12 +143,13 @@ async fn one_by_one(pool: &PgPool, turn: &Turn, jobs: &[ClaimJob]) -> Answers {
 /// judged at the earliest of their clocks (they arrived together), so a
 /// later one may get fewer rows than are due by its own clock, as a claim
 /// that meets locked rows may. `Ok(None)`: the database refused a write or
-/// a stored row, and everything was rolled back.
+/// a stored row, and everything was rolled back. An error comes with
+/// whether it met a kept transaction before its commit was sent.
 async fn claim_merged(
     pool: &PgPool,
     claiming: &Claiming,
     jobs: &[ClaimJob],
-) -> StoreResult<Option<Answers>> {
+) -> Result<Option<Answers>, (StoreError, bool)> {
     let now = jobs.iter().map(|j| j.now).min().unwrap_or_default();
     let slots: Vec<(&str, i64)> = jobs
         .iter()
@@ -142,17 +157,19 @@ async fn claim_merged(
         .collect();
     let carried: Vec<&Job> = jobs.iter().filter_map(|j| j.carried.as_ref()).collect();
     let kept = &claiming.kept;
-    let mut tx = kept.begin(pool).await?;
+    let mut tx = kept.begin(pool).await.map_err(|e| (e, false))?;
+    let reused = tx.reused();
+    let early = |e| (e, reused);
     let (recorded, wakes) = if carried.is_empty() {
         (Vec::new(), false)
     } else {
         match writes::run_in(&mut tx, &carried).await {
             Ok(Some(done)) => done,
             Ok(None) => {
-                Kept::rollback(tx).await?;
+                Kept::rollback(tx).await.map_err(early)?;
                 return Ok(None);
             }
-            Err(e) => return kept.finish(tx, Err(e)).await,
+            Err(e) => return kept.finish(tx, Err(e)).await.map_err(early),
         }
     };
     let recorded = match recorded
@@ -163,9 +180,9 @@ async fn claim_merged(
         Ok(recorded) if recorded.len() == carried.len() => recorded,
         Ok(_) => {
             let unanswered = StoreError::internal("outcomes left unanswered");
-            return kept.finish(tx, Err(unanswered)).await;
+            return kept.finish(tx, Err(unanswered)).await.map_err(early);
         }
-        Err(e) => return kept.finish(tx, Err(e)).await,
+        Err(e) => return kept.finish(tx, Err(e)).await.map_err(early),
     };
     let due = match lease_due(&mut tx, &slots, now, &jobs[0].only, &claiming.turn).await {
         Ok(due) => due,
@@ -175,16 +192,19 @@ async fn claim_merged(
             fault: BackendFault::Answered,
             ..
         }) if !carried.is_empty() => {
-            Kept::rollback(tx).await?;
+            Kept::rollback(tx).await.map_err(early)?;
             return Ok(None);
         }
-        Err(e @ StoreError::Backend { .. }) => return kept.finish(tx, Err(e)).await,
+        Err(e @ StoreError::Backend { .. }) => {
+            return kept.finish(tx, Err(e)).await.map_err(early);
+        }
         Err(_) => {
-            Kept::rollback(tx).await?;
+            Kept::rollback(tx).await.map_err(early)?;
             return Ok(None);
         }
     };
-    kept.commit(tx).await?;
+    // Past here the commit was sent: its failure is the group's answer.
+    kept.commit(tx).await.map_err(|e| (e, false))?;
     let mut recorded = recorded.into_iter();
     let mut claims = due.claims.into_iter();
     let answers = jobs

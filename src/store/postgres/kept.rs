@@ -85,6 +85,13 @@ impl DerefMut for Held {
     }
 }
 
+impl Held {
+    /// Whether it was kept from an earlier group.
+    pub fn reused(&self) -> bool {
+        self.number != 0
+    }
+}
+
 impl Kept {
     /// `statement_timeout`: the pool's, `Duration::ZERO` when off.
     pub fn new(

@@ -29,6 +29,16 @@ async fn idle_in_transaction(conn: &mut sqlx::PgConnection) -> i64 {
     .expect("pg_stat_activity")
 }
 
+/// A store whose statement timeout (and so idle-in-transaction timeout) is
+/// longer than a test: the server ends no transaction the store left open.
+async fn patient_store() -> Option<(String, super::super::PostgresStore)> {
+    let options = PostgresOptions {
+        statement_timeout_ms: 60_000,
+        ..PostgresOptions::default()
+    };
+    fresh_store_with(&options).await
+}
+
 fn accepted() -> Outcome {
     Outcome::Accepted {
         transcript_id: TranscriptId::parse("tx").expect("transcript"),
@@ -37,13 +47,7 @@ fn accepted() -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_claims_leaves_no_transaction_open_behind_it() {
-    // A statement timeout (and so idle-in-transaction timeout) longer than
-    // the test: the server ends no transaction the store left open.
-    let options = PostgresOptions {
-        statement_timeout_ms: 60_000,
-        ..PostgresOptions::default()
-    };
-    let Some((url, store)) = fresh_store_with(&options).await else {
+    let Some((url, store)) = patient_store().await else {
         return;
     };
     let store = Arc::new(store);
@@ -149,4 +153,38 @@ async fn a_crowd_of_claims_leaves_no_transaction_open_behind_it() {
                 .expect("read");
         assert_eq!(status, "settled", "{id}'s outcome was not committed");
     }
+}
+
+/// A claim that meets a kept transaction whose connection the server ended
+/// (an operator terminated it) is made on another connection: that
+/// transaction had committed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_meeting_an_ended_kept_transaction_is_made_on_another() {
+    let Some((url, store)) = patient_store().await else {
+        return;
+    };
+    let now = UnixMs::saturating(1_000_000);
+    store.enqueue(&[receipt("r")], now).await.expect("enqueue");
+    let kept = store.claims.shared().kept.clone();
+    let mut held = kept.begin(&store.pool).await.expect("begin");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .expect("pid");
+    kept.keep(held);
+    let mut other = raw(&url).await;
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(pid)
+        .fetch_one(&mut other)
+        .await
+        .expect("terminate");
+    assert!(ended, "the kept connection's server process ended");
+    let worker = WorkerId::parse("w").expect("worker");
+    let lease = LeaseMs::try_from(60_000).expect("lease");
+    let one = ClaimLimit::try_from(1).expect("limit");
+    let due = store
+        .claim_from(&worker, now, lease, one, &[])
+        .await
+        .expect("claimed on another connection");
+    assert_eq!(due.claims.len(), 1);
 }
